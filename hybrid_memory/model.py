@@ -1,0 +1,198 @@
+"""Plain data: nodes, scored results, checkpoints and reports. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class NodeType(str, Enum):
+    """What a memory is. ``task`` nodes delimit branches; ``state`` records where a task stands."""
+
+    TASK = "task"
+    STATE = "state"
+    EVENT = "event"
+    FACT = "fact"
+    PREFERENCE = "preference"
+    DECISION = "decision"
+    SUMMARY = "summary"
+
+
+class Status(str, Enum):
+    LIVE = "live"
+    ARCHIVED = "archived"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One memory as stored. Weights are inputs; ``MemoryTree.weight`` computes the weight."""
+
+    id: str
+    namespace: str
+    parent_id: str | None
+    type: NodeType
+    content: str
+    meta: Mapping[str, Any]
+    importance: float
+    confidence: float
+    access_count: int
+    pinned: bool
+    status: Status
+    version: int
+    depth: int
+    #: Materialised path from the root: "rootid/.../thisid/".
+    path: str
+    #: The node that heads this node's branch (its nearest task, by default).
+    branch_id: str
+    created_at: float
+    updated_at: float
+    accessed_at: float
+    active_at: float
+    #: True when ``add`` found a near-identical live node and reinforced it instead
+    #: of creating a twin; this node is then the existing one.
+    merged: bool = False
+
+    @property
+    def touched_at(self) -> float:
+        """The last time the node was written, read, or had activity below it."""
+        return max(self.created_at, self.updated_at, self.accessed_at, self.active_at)
+
+    @property
+    def ancestor_ids(self) -> list[str]:
+        """Ids from the root down to the parent."""
+        return self.path.rstrip("/").split("/")[:-1]
+
+    @property
+    def live(self) -> bool:
+        return self.status is Status.LIVE
+
+
+@dataclass(frozen=True)
+class ScoredNode:
+    """A node in a ``Recall`` with every number that put it there."""
+
+    node: Node
+    #: Why it is in the context: "hit" (matched the query), "standing" (a high-weight
+    #: state/preference/decision of the branch), "ancestor" (on a chosen node's path
+    #: to the root) or "top" (top by weight in the active task, for a query-less recall).
+    reason: str
+    similarity: float
+    dense: float
+    lexical: float
+    weight: float
+    branch_score: float
+    score: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class BranchScore:
+    branch_id: str
+    score: float
+    hits: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What ``retrieve`` returns: the chosen nodes in tree order and their rendered context."""
+
+    query: str | None
+    nodes: tuple[ScoredNode, ...]
+    context: str
+    tokens: int
+    branches: tuple[BranchScore, ...]
+    budget_tokens: int
+    #: Nodes that scored well enough but did not fit the token budget.
+    dropped: int = 0
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.node.id for s in self.nodes]
+
+    def explain(self) -> str:
+        """A human-readable account of why each node was chosen."""
+        lines = []
+        if self.query is not None:
+            lines.append(f"query: {self.query}")
+        for b in self.branches:
+            lines.append(f"branch {b.branch_id} score={b.score:.3f} hits={b.hits}  {b.title}")
+        lines.append(
+            f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6}  node"
+        )
+        for s in self.nodes:
+            lines.append(
+                f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
+                f"{s.lexical:6.3f} {s.weight:6.3f}  [{s.node.type.value}] {s.node.id} "
+                f"{_clip(s.node.content, 60)}"
+            )
+        lines.append(f"tokens: {self.tokens}/{self.budget_tokens}, dropped for budget: {self.dropped}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    namespace: str
+    session: str
+    active_id: str | None
+    log_seq: int
+    ts: float
+    note: str | None
+
+
+@dataclass(frozen=True)
+class RecoveryState:
+    """Where things stand after an open: what ``recover()`` returns."""
+
+    active: Node | None
+    #: The active node's path from its root, root first, active last.
+    path: tuple[Node, ...]
+    #: The most recent ``state`` node in the active node's branch, if any.
+    state: Node | None
+    last_checkpoint: Checkpoint | None
+    #: Index operations left over by a crash and replayed at open.
+    replayed: int
+    live_nodes: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    namespace: str
+    live: int
+    archived: int
+    depth: int
+    by_type: Mapping[str, int]
+    active_path: tuple[str, ...]
+    last_checkpoint_at: float | None
+    disk_bytes: int
+    log_seq: int
+
+
+@dataclass(frozen=True)
+class ForgetReport:
+    archived: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    live_before: int = 0
+    live_after: int = 0
+    dry_run: bool = False
+    considered: int = 0
+    details: tuple[tuple[str, float], ...] = field(default=())
+
+
+def tree_order(nodes: Sequence[Node]) -> list[Node]:
+    """Parents before children, siblings oldest first: the order contexts are rendered in.
+    Ancestors missing from ``nodes`` sort by id."""
+    created = {n.id: (n.created_at, n.id) for n in nodes}
+
+    def key(n: Node) -> tuple[tuple[float, str], ...]:
+        return tuple(created.get(i, (0.0, i)) for i in n.path.rstrip("/").split("/"))
+
+    return sorted(nodes, key=key)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -1,0 +1,522 @@
+"""The relational store: schema and queries through SQLAlchemy Core.
+
+It is the source of truth. Every mutation runs in one short write transaction
+(``write``) that the caller fills with the node change, its operation-log row
+and its index-outbox rows, so that the vector index can always be healed from it.
+On SQLite: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writers and a retry with
+backoff when another process holds the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from ..errors import StorageError
+from ..model import Checkpoint, Node, NodeType, Status
+
+T = TypeVar("T")
+SCHEMA_VERSION = "1"
+
+metadata = MetaData()
+
+nodes = Table(
+    "hm_nodes",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("parent_id", String(32)),
+    Column("type", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("meta", Text, nullable=False),
+    Column("importance", Float, nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("access_count", Integer, nullable=False),
+    Column("pinned", Boolean, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("depth", Integer, nullable=False),
+    # Materialised path "root/child/.../self/": a subtree is one index range scan.
+    Column("path", Text, nullable=False),
+    Column("branch_id", String(32), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("accessed_at", Float, nullable=False),
+    Column("active_at", Float, nullable=False),
+    # The operation-log position of the archive that took this node, so that
+    # restore brings back exactly what that archive took.
+    Column("archived_op", Integer),
+    Column("content_hash", String(64), nullable=False),
+    Column("tokens", Integer, nullable=False),
+    # The embedding is kept here too: the vector index is rebuilt from it, and
+    # ranking inside a branch uses it without a filtered vector query.
+    Column("embedding", LargeBinary, nullable=False),
+    Column("embed_model", String(256), nullable=False),
+    Index("hm_nodes_branch", "namespace", "status", "branch_id"),
+    Index("hm_nodes_path", "namespace", "path"),
+    Index("hm_nodes_parent", "namespace", "parent_id"),
+    Index("hm_nodes_hash", "namespace", "content_hash"),
+)
+
+terms = Table(
+    "hm_terms",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("term", String(64), primary_key=True),
+    Column("node_id", String(32), primary_key=True),
+    Column("tf", Integer, nullable=False),
+    Index("hm_terms_node", "node_id"),
+)
+
+oplog = Table(
+    "hm_oplog",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("session", String(128), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("op", String(16), nullable=False),
+    Column("node_id", String(32)),
+    Column("payload", Text, nullable=False),
+    Index("hm_oplog_ns", "namespace", "seq"),
+    Index("hm_oplog_node", "node_id"),
+)
+
+outbox = Table(
+    "hm_outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("node_id", String(32), nullable=False),
+    Column("action", String(8), nullable=False),  # "upsert" | "delete"
+    Index("hm_outbox_ns", "namespace", "seq"),
+)
+
+cursors = Table(
+    "hm_cursors",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("session", String(128), primary_key=True),
+    Column("active_id", String(32)),
+    Column("updated_at", Float, nullable=False),
+)
+
+checkpoints = Table(
+    "hm_checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("session", String(128), nullable=False),
+    Column("active_id", String(32)),
+    Column("log_seq", Integer, nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("note", Text),
+    Index("hm_checkpoints_ns", "namespace", "session", "id"),
+)
+
+settings = Table(
+    "hm_settings",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+#: The columns a ``Node`` is built from (everything but the embedding).
+NODE_COLUMNS = tuple(c for c in nodes.c if c.name not in ("embedding", "embed_model"))
+
+
+def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> Node:
+    m = row._mapping if isinstance(row, Row) else row
+    return Node(
+        id=m["id"],
+        namespace=m["namespace"],
+        parent_id=m["parent_id"],
+        type=NodeType(m["type"]),
+        content=m["content"],
+        meta=json.loads(m["meta"]),
+        importance=m["importance"],
+        confidence=m["confidence"],
+        access_count=m["access_count"],
+        pinned=bool(m["pinned"]),
+        status=Status(m["status"]),
+        version=m["version"],
+        depth=m["depth"],
+        path=m["path"],
+        branch_id=m["branch_id"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        accessed_at=m["accessed_at"],
+        active_at=m["active_at"],
+        merged=merged,
+    )
+
+
+def to_blob(vector: np.ndarray[Any, Any]) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def subtree_range(path: str) -> tuple[str, str]:
+    """Bounds of every path that starts with ``path`` (which ends in "/"): ids never
+    contain a character below "0", so the next prefix after "x/" is "x0"."""
+    return path, path[:-1] + "0"
+
+
+def _is_locked(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", None)
+    return isinstance(orig, sqlite3.OperationalError) and (
+        "locked" in str(orig) or "busy" in str(orig)
+    )
+
+
+class SqlStore:
+    """The relational store, over any SQLAlchemy URL (SQLite by default)."""
+
+    def __init__(self, url: str | Engine, *, busy_timeout_ms: int = 30_000) -> None:
+        try:
+            self.engine = url if isinstance(url, Engine) else create_engine(url)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot open relational store {url!r}: {exc}") from None
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        if self.is_sqlite:
+            _configure_sqlite(self.engine, busy_timeout_ms)
+        try:
+            metadata.create_all(self.engine)
+            self._init_settings()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot prepare relational store: {exc}") from None
+
+    @classmethod
+    def sqlite(cls, path: str | Path) -> SqlStore:
+        return cls(f"sqlite:///{Path(path).resolve()}")
+
+    @property
+    def file(self) -> Path | None:
+        db = self.engine.url.database
+        return Path(db) if self.is_sqlite and db and db != ":memory:" else None
+
+    def _init_settings(self) -> None:
+        def run(conn: Connection) -> None:
+            have = conn.execute(select(settings.c.value).where(settings.c.key == "schema_version")).scalar()
+            if have is None:
+                conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
+            elif have != SCHEMA_VERSION:
+                raise StorageError(f"store has schema version {have}, this library reads {SCHEMA_VERSION}")
+
+        self.write(run)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions -------------------------------------------------------
+
+    def write(self, fn: Callable[[Connection], T], *, attempts: int = 12) -> T:
+        """Run ``fn`` in one write transaction, retrying with backoff while the
+        database is locked by another writer. ``fn`` must be safe to re-run."""
+        delay = 0.01
+        for attempt in range(attempts):
+            try:
+                with self.engine.connect() as conn:
+                    conn.execution_options(hm_write=True)
+                    with conn.begin():
+                        return fn(conn)
+            except OperationalError as exc:
+                if not _is_locked(exc) or attempt == attempts - 1:
+                    raise StorageError(f"write failed: {exc.orig}") from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 1.0)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"write failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read transaction (a consistent snapshot on SQLite WAL)."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError as exc:
+            raise StorageError(f"read failed: {exc}") from exc
+
+    # -- nodes ----------------------------------------------------------------
+
+    def get(self, conn: Connection, node_id: str) -> Row[Any] | None:
+        return conn.execute(select(*NODE_COLUMNS).where(nodes.c.id == node_id)).first()
+
+    def get_many(self, conn: Connection, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Row[Any]]:
+        out: dict[str, Row[Any]] = {}
+        ids = list(dict.fromkeys(ids))
+        for chunk in _chunks(ids, 500):
+            q = select(*NODE_COLUMNS).where(nodes.c.id.in_(chunk))
+            if live_only:
+                q = q.where(nodes.c.status == Status.LIVE.value)
+            for row in conn.execute(q):
+                out[row.id] = row
+        return out
+
+    def embeddings(self, conn: Connection, ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
+        out = {}
+        for chunk in _chunks(list(ids), 500):
+            for row in conn.execute(select(nodes.c.id, nodes.c.embedding).where(nodes.c.id.in_(chunk))):
+                out[row.id] = from_blob(row.embedding)
+        return out
+
+    def insert_node(self, conn: Connection, values: Mapping[str, Any]) -> None:
+        conn.execute(insert(nodes).values(**values))
+
+    def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
+        conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))
+
+    def subtree(self, conn: Connection, namespace: str, path: str, *, status: Status | None = None) -> list[Row[Any]]:
+        lo, hi = subtree_range(path)
+        q = select(*NODE_COLUMNS).where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi)
+        if status is not None:
+            q = q.where(nodes.c.status == status.value)
+        return list(conn.execute(q))
+
+    def live_children_count(self, conn: Connection, namespace: str, node_id: str) -> int:
+        return int(
+            conn.execute(
+                select(func.count()).where(
+                    nodes.c.namespace == namespace,
+                    nodes.c.parent_id == node_id,
+                    nodes.c.status == Status.LIVE.value,
+                )
+            ).scalar_one()
+        )
+
+    def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Row[Any]]:
+        """Every live node of the given branches, with its embedding."""
+        q = select(*NODE_COLUMNS, nodes.c.embedding).where(
+            nodes.c.namespace == namespace,
+            nodes.c.status == Status.LIVE.value,
+            nodes.c.branch_id.in_(list(branch_ids)),
+        )
+        return list(conn.execute(q))
+
+    def find_by_hash(self, conn: Connection, namespace: str, content_hash: str, branch_id: str, type_: str) -> Row[Any] | None:
+        return conn.execute(
+            select(*NODE_COLUMNS).where(
+                nodes.c.namespace == namespace,
+                nodes.c.content_hash == content_hash,
+                nodes.c.branch_id == branch_id,
+                nodes.c.type == type_,
+                nodes.c.status == Status.LIVE.value,
+            )
+        ).first()
+
+    def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
+        return list(conn.execute(select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)))
+
+    def count_by_status(self, conn: Connection, namespace: str) -> dict[str, int]:
+        rows = conn.execute(
+            select(nodes.c.status, func.count()).where(nodes.c.namespace == namespace).group_by(nodes.c.status)
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    def count_by_type(self, conn: Connection, namespace: str) -> dict[str, int]:
+        rows = conn.execute(
+            select(nodes.c.type, func.count())
+            .where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+            .group_by(nodes.c.type)
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    def max_depth(self, conn: Connection, namespace: str) -> int:
+        value = conn.execute(
+            select(func.max(nodes.c.depth)).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+        ).scalar()
+        return int(value) if value is not None else 0
+
+    def touch(self, conn: Connection, ids: Sequence[str], column: str, ts: float) -> None:
+        """Raise ``column`` (a time) to ``ts`` for the given nodes, never lowering it."""
+        col = nodes.c[column]
+        for chunk in _chunks(list(ids), 500):
+            conn.execute(update(nodes).where(nodes.c.id.in_(chunk), col < ts).values({column: ts}))
+
+    def add_access(self, conn: Connection, counts: Mapping[str, tuple[int, float]]) -> None:
+        """Add read counts and raise the last-access time, in one statement per node."""
+        for node_id, (n, ts) in counts.items():
+            conn.execute(
+                update(nodes)
+                .where(nodes.c.id == node_id)
+                .values(
+                    access_count=nodes.c.access_count + n,
+                    accessed_at=func.max(nodes.c.accessed_at, ts) if self.is_sqlite else func.greatest(nodes.c.accessed_at, ts),
+                )
+            )
+
+    def delete_nodes(self, conn: Connection, ids: Sequence[str]) -> None:
+        for chunk in _chunks(list(ids), 500):
+            conn.execute(delete(nodes).where(nodes.c.id.in_(chunk)))
+            conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
+
+    # -- the lexical index ------------------------------------------------------
+
+    def index_terms(self, conn: Connection, namespace: str, node_id: str, counts: Mapping[str, int]) -> None:
+        if counts:
+            conn.execute(
+                insert(terms),
+                [{"namespace": namespace, "term": t[:64], "node_id": node_id, "tf": n} for t, n in counts.items()],
+            )
+
+    def unindex_terms(self, conn: Connection, ids: Sequence[str]) -> None:
+        for chunk in _chunks(list(ids), 500):
+            conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
+
+    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> list[tuple[str, str]]:
+        """(term, node_id) for every live node holding one of ``query_terms``."""
+        if not query_terms:
+            return []
+        q = select(terms.c.term, terms.c.node_id).where(
+            terms.c.namespace == namespace, terms.c.term.in_([t[:64] for t in query_terms])
+        )
+        return [(r[0], r[1]) for r in conn.execute(q)]
+
+    def subtree_all(self, conn: Connection, namespace: str) -> list[Row[Any]]:
+        """Every node of the namespace, live or archived."""
+        return list(conn.execute(select(*NODE_COLUMNS).where(nodes.c.namespace == namespace)))
+
+    def get_setting(self, conn: Connection, key: str) -> str | None:
+        return conn.execute(select(settings.c.value).where(settings.c.key == key)).scalar()
+
+    def set_setting(self, conn: Connection, key: str, value: str) -> None:
+        if self.get_setting(conn, key) is None:
+            conn.execute(insert(settings).values(key=key, value=value))
+        else:
+            conn.execute(update(settings).where(settings.c.key == key).values(value=value))
+
+    def live_count(self, conn: Connection, namespace: str) -> int:
+        return int(
+            conn.execute(
+                select(func.count()).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+            ).scalar_one()
+        )
+
+    # -- the operation log, the outbox, cursors and checkpoints ---------------------
+
+    def log(self, conn: Connection, namespace: str, session: str, ts: float, op: str, node_id: str | None, payload: Mapping[str, Any]) -> int:
+        result = conn.execute(
+            insert(oplog).values(
+                namespace=namespace, session=session, ts=ts, op=op, node_id=node_id,
+                payload=json.dumps(payload, ensure_ascii=False, sort_keys=True),
+            )
+        )
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def last_seq(self, conn: Connection, namespace: str) -> int:
+        value = conn.execute(select(func.max(oplog.c.seq)).where(oplog.c.namespace == namespace)).scalar()
+        return int(value) if value is not None else 0
+
+    def purge_log(self, conn: Connection, ids: Sequence[str]) -> None:
+        """Remove stored content of deleted nodes from the operation log."""
+        for chunk in _chunks(list(ids), 500):
+            conn.execute(update(oplog).where(oplog.c.node_id.in_(chunk)).values(payload='{"purged": true}'))
+
+    def enqueue(self, conn: Connection, namespace: str, ids: Iterable[str], action: str) -> None:
+        rows = [{"namespace": namespace, "node_id": i, "action": action} for i in ids]
+        if rows:
+            conn.execute(insert(outbox), rows)
+
+    def pending(self, conn: Connection, namespace: str) -> list[Row[Any]]:
+        return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace).order_by(outbox.c.seq)))
+
+    def clear_outbox(self, conn: Connection, seqs: Sequence[int]) -> None:
+        for chunk in _chunks(list(seqs), 500):
+            conn.execute(delete(outbox).where(outbox.c.seq.in_(chunk)))
+
+    def get_cursor(self, conn: Connection, namespace: str, session: str) -> str | None:
+        return conn.execute(
+            select(cursors.c.active_id).where(cursors.c.namespace == namespace, cursors.c.session == session)
+        ).scalar()
+
+    def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float) -> None:
+        where = (cursors.c.namespace == namespace) & (cursors.c.session == session)
+        if conn.execute(select(func.count()).where(where)).scalar_one():
+            conn.execute(update(cursors).where(where).values(active_id=active_id, updated_at=ts))
+        else:
+            conn.execute(insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts))
+
+    def repoint_cursors(self, conn: Connection, namespace: str, gone: Sequence[str], to: str | None, ts: float) -> None:
+        """Cursors on nodes that are leaving the live tree move to ``to``."""
+        for chunk in _chunks(list(gone), 500):
+            conn.execute(
+                update(cursors)
+                .where(cursors.c.namespace == namespace, cursors.c.active_id.in_(chunk))
+                .values(active_id=to, updated_at=ts)
+            )
+
+    def add_checkpoint(self, conn: Connection, namespace: str, session: str, active_id: str | None, log_seq: int, ts: float, note: str | None) -> Checkpoint:
+        result = conn.execute(
+            insert(checkpoints).values(namespace=namespace, session=session, active_id=active_id, log_seq=log_seq, ts=ts, note=note)
+        )
+        return Checkpoint(int(result.inserted_primary_key[0]), namespace, session, active_id, log_seq, ts, note)  # type: ignore[index]
+
+    def last_checkpoint(self, conn: Connection, namespace: str, session: str) -> Checkpoint | None:
+        row = conn.execute(
+            select(checkpoints)
+            .where(checkpoints.c.namespace == namespace, checkpoints.c.session == session)
+            .order_by(checkpoints.c.id.desc())
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        return Checkpoint(row.id, row.namespace, row.session, row.active_id, row.log_seq, row.ts, row.note)
+
+
+def _chunks(items: list[T], n: int) -> Iterator[list[T]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event issue BEGIN itself (pysqlite's own is deferred).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # FULL: a commit is on disk before the call returns (survives power loss, not only a crash).
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the lock up front so two writers never deadlock upgrading a read lock.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("hm_write") else "BEGIN")
+
+
+__all__ = ["SqlStore", "node_from_row", "nodes"]

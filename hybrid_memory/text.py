@@ -1,0 +1,64 @@
+"""Text helpers shared by the lexical index, deduplication and the token budget.
+
+Terms: Latin words and numbers are lower-cased whole words; CJK text, which has
+no spaces, becomes overlapping character bigrams (a lone character stands for
+itself). This is what makes Chinese retrievable even with an English embedder.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+_CJK = (
+    "\u3040-\u30ff"  # kana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
+    "\uac00-\ud7af"  # hangul
+)
+# A Latin "word" is a run of word characters that are not CJK.
+_WORD = rf"(?:(?![{_CJK}])[^\W_])+"
+_PIECES = re.compile(rf"[{_CJK}]+|{_WORD}", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+_TOKEN_PIECES = re.compile(rf"[{_CJK}]|{_WORD}|[^\s\w]", re.UNICODE)
+
+_STOP = frozenset(
+    "a an and are as at be been but by did do does for from had has have he her him his how i "
+    "in is it its me my of on or our she so than that the their them then there they this to "
+    "us was we were what when where which who why will with would you your".split()
+)
+
+
+def terms(text: str) -> list[str]:
+    """The lexical terms of ``text``, in order, with repeats."""
+    out: list[str] = []
+    for piece in _PIECES.findall(text.lower()):
+        if _CJK_RUN.match(piece):
+            if len(piece) == 1:
+                out.append(piece)
+            else:
+                out.extend(piece[i : i + 2] for i in range(len(piece) - 1))
+        elif piece not in _STOP:
+            out.append(piece)
+    return out
+
+
+def term_counts(text: str) -> Counter[str]:
+    return Counter(terms(text))
+
+
+def overlap(a: str, b: str) -> float:
+    """Jaccard similarity of the two texts' term sets (1.0 for two texts with no terms)."""
+    ta, tb = set(terms(a)), set(terms(b))
+    if not ta and not tb:
+        return 1.0
+    return len(ta & tb) / len(ta | tb)
+
+
+def count_tokens(text: str) -> int:
+    """An estimate of an LLM tokenizer's count: one per CJK character or punctuation
+    mark, one per four characters of a Latin word (at least one)."""
+    n = 0
+    for piece in _TOKEN_PIECES.findall(text):
+        n += max(1, math.ceil(len(piece) / 4)) if len(piece) > 1 else 1
+    return n

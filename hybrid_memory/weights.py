@@ -1,0 +1,50 @@
+"""Weights are computed at query time from stored inputs (no background decay writes)."""
+
+from __future__ import annotations
+
+import math
+
+from .config import WeightConfig
+from .errors import InvalidWeightError
+
+_LN2 = math.log(2.0)
+
+
+def check_unit(value: object, name: str) -> float:
+    """``value`` as a float in [0, 1], or a clear error. NaN, bools and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidWeightError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
+    x = float(value)
+    if math.isnan(x) or not 0.0 <= x <= 1.0:
+        raise InvalidWeightError(f"{name} must be in [0, 1], got {value!r}")
+    return x
+
+
+def recency(age_s: float, half_life_s: float) -> float:
+    """1 when just touched, 0.5 one half-life later. A touch in the future counts as now."""
+    return math.exp(-_LN2 * max(0.0, age_s) / half_life_s)
+
+
+def usage(access_count: int, scale: float) -> float:
+    """Saturating reinforcement from reads: 0 for never read, towards 1 for often read."""
+    return 1.0 - math.exp(-max(0, access_count) / scale)
+
+
+def weight(
+    *,
+    importance: float,
+    confidence: float,
+    access_count: int,
+    touched_at: float,
+    now: float,
+    cfg: WeightConfig,
+) -> float:
+    """The combined weight in [0, 1]: a convex mix of importance, recency, confidence, usage."""
+    total = cfg.importance + cfg.recency + cfg.confidence + cfg.usage
+    value = (
+        cfg.importance * importance
+        + cfg.recency * recency(now - touched_at, cfg.half_life_s)
+        + cfg.confidence * confidence
+        + cfg.usage * usage(access_count, cfg.usage_scale)
+    ) / total
+    return min(1.0, max(0.0, value))
