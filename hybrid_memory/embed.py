@@ -85,6 +85,9 @@ class SentenceTransformerEmbedder:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                     from sentence_transformers import SentenceTransformer
+                    from transformers.utils import logging as hf_logging
+
+                    hf_logging.disable_progress_bar()  # no weight-loading bars in a CLI or a log
 
                     try:
                         _LOADED[key] = SentenceTransformer(path, device=self._device)

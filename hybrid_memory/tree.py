@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from sqlalchemy.engine import Connection, Row
@@ -40,6 +40,8 @@ from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight
 
 log = logging.getLogger("hybrid_memory")
+
+T = TypeVar("T")
 
 
 class _Root:
@@ -129,6 +131,8 @@ class MemoryTree:
         :class:`VectorIndex`; ``embedder`` any :class:`Embedder`. Leftover index work
         from a crash is replayed before this returns (see :meth:`recover`).
         """
+        check.namespace(namespace)  # before anything is created on disk
+        check.namespace(session)
         if path is None and (store is None or index is None):
             raise InvalidInputError("give a folder path, or both store and index")
         folder = Path(path) if path is not None else None
@@ -177,12 +181,21 @@ class MemoryTree:
         """Write buffered read reinforcement (usage counts) now."""
         self._live_check()
         if self._pending_access:
-            self.store.write(self._flush_access)
+            self._write_flushing(lambda conn: None)
 
-    def _flush_access(self, conn: Connection) -> None:
-        pending, self._pending_access = self._pending_access, {}
-        if pending:
-            self.store.add_access(conn, pending)
+    def _write_flushing(self, fn: Callable[[Connection], T]) -> T:
+        """``store.write(fn)``, writing the buffered reads in the same transaction.
+        The buffer is emptied only once that transaction has committed: a refused
+        (rolled back) or retried write keeps the reads."""
+
+        def run(conn: Connection) -> T:
+            if self._pending_access:
+                self.store.add_access(conn, self._pending_access)
+            return fn(conn)
+
+        result = self.store.write(run)
+        self._pending_access = {}
+        return result
 
     def _live_check(self) -> None:
         if self._closed:
@@ -200,6 +213,7 @@ class MemoryTree:
             return node_from_row(self._row(conn, node))
 
     def children(self, node: NodeRef, *, include_archived: bool = False) -> list[Node]:
+        """The node's live children (and archived ones with ``include_archived``), oldest first."""
         self._live_check()
         with self.store.reading() as conn:
             row = self._row(conn, node)
@@ -303,10 +317,9 @@ class MemoryTree:
         neighbours = self._dedup_candidates(vectors) if self.config.dedup.enabled else [[] for _ in prepared]
 
         def run(conn: Connection) -> list[Node]:
-            self._flush_access(conn)
             return self._write_batch(conn, prepared, vectors, neighbours)
 
-        result = self.store.write(run)
+        result = self._write_flushing(run)
         self._drain()
         return result
 
@@ -507,7 +520,6 @@ class MemoryTree:
         vec = self.embedder.embed([values["content"]])[0] if "content" in values else None
 
         def run(conn: Connection) -> Node:
-            self._flush_access(conn)
             row = self._row(conn, node, live=True)
             if expected_version is not None and row.version != expected_version:
                 raise ConflictError(f"node {row.id} is at version {row.version}, not {expected_version}")
@@ -525,7 +537,7 @@ class MemoryTree:
                            dict(values, version=row.version + 1))
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
-        result = self.store.write(run)
+        result = self._write_flushing(run)
         self._drain()
         return result
 
@@ -551,7 +563,6 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            self._flush_access(conn)
             row = self._row(conn, node, live=True)
             imp = importance if importance is not None else row.importance
             conf = confidence if confidence is not None else row.confidence
@@ -563,7 +574,7 @@ class MemoryTree:
             self.store.log(conn, self.namespace, self.session, now, "feedback", row.id, {"importance": imp, "confidence": conf})
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
-        return self.store.write(run)
+        return self._write_flushing(run)
 
     def pin(self, node: NodeRef, pinned: bool = True) -> Node:
         """Pinned nodes are never forgotten."""
@@ -645,12 +656,11 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Checkpoint:
-            self._flush_access(conn)
             active = self.store.get_cursor(conn, self.namespace, self.session)
             seq = self.store.log(conn, self.namespace, self.session, now, "checkpoint", active, {"note": note})
             return self.store.add_checkpoint(conn, self.namespace, self.session, active, seq, now, note)
 
-        return self.store.write(run)
+        return self._write_flushing(run)
 
     # -- archive, restore, delete, forget ----------------------------------------
 
@@ -756,7 +766,6 @@ class MemoryTree:
         at = self._now(now)
 
         def run(conn: Connection) -> ForgetReport:
-            self._flush_access(conn)
             rows = self.store.live_rows(conn, self.namespace)
             active = self.store.get_cursor(conn, self.namespace, self.session)
             protected: set[str] = set()
@@ -784,7 +793,7 @@ class MemoryTree:
                 details=tuple(plan),
             )
 
-        report = self.store.write(run)
+        report = self._write_flushing(run)
         self._drain()
         return report
 

@@ -22,7 +22,7 @@ def check_unit(value: object, name: str) -> float:
 
 def recency(age_s: float, half_life_s: float) -> float:
     """1 when just touched, 0.5 one half-life later. A touch in the future counts as now."""
-    return math.exp(-_LN2 * max(0.0, age_s) / half_life_s)
+    return math.exp(-_LN2 * (max(0.0, age_s) / half_life_s))  # ratio first: exactly 0.5 at one half-life
 
 
 def usage(access_count: int, scale: float) -> float:

@@ -1,0 +1,265 @@
+"""The ``hybrid-memory`` command: a thin layer over MemoryTree, one method per command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from .errors import HybridMemoryError
+from .model import Node, tree_order
+from .tree import ROOT, MemoryTree
+
+
+def _open(args: argparse.Namespace) -> MemoryTree:
+    return MemoryTree.open(args.path, namespace=args.namespace, session=args.session, config=args.config)
+
+
+def _short(node_id: str) -> str:
+    return node_id[:8]
+
+
+def _clip(text: str, n: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _resolve(mem: MemoryTree, ref: str) -> str:
+    """A full id, or a unique prefix of one (as printed by ``tree``)."""
+    matches = [n.id for n in mem.nodes(include_archived=True) if n.id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    return ref  # let the library raise NotFoundError (or NamespaceError) for it
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _jsonable(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
+        return value.value
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(_jsonable(value), ensure_ascii=False, indent=2))
+
+
+def _node_line(mem: MemoryTree, n: Node, now: float) -> str:
+    flags = " pinned" if n.pinned else ""
+    flags += " archived" if not n.live else ""
+    return f"{_short(n.id)} [{n.type.value}] {_clip(n.content)}  w={mem.weight(n, now):.2f}{flags}"
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        parent: Any = ROOT if args.root else (_resolve(mem, args.parent) if args.parent else None)
+        meta = json.loads(args.meta) if args.meta else None
+        node = mem.add(
+            args.content, type=args.type, parent=parent, importance=args.importance,
+            confidence=args.confidence, meta=meta, pinned=args.pin,
+        )
+        if args.json:
+            _print_json(node)
+        else:
+            verb = "merged into" if node.merged else "added"
+            print(f"{verb} {node.id} [{node.type.value}] under {node.parent_id or '(root)'}")
+    return 0
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        recall = mem.retrieve(args.query, k=args.k, budget_tokens=args.budget, branches=args.branches)
+        if args.json:
+            _print_json(recall)
+            return 0
+        if args.explain:
+            print(recall.explain())
+            print()
+        print(recall.context if recall.context else "(nothing found)")
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        nodes = mem.nodes(include_archived=args.all)
+        active = mem.active
+        now = time.time()
+        if args.json:
+            _print_json([dict(_jsonable(n), weight=mem.weight(n, now)) for n in nodes])
+            return 0
+        if not nodes:
+            print("(empty)")
+            return 0
+        active_path = set(active.path.rstrip("/").split("/")) if active else set()
+        children: dict[str | None, list[Node]] = {}
+        ids = {n.id for n in nodes}
+        for n in tree_order(nodes):
+            children.setdefault(n.parent_id if n.parent_id in ids else None, []).append(n)
+
+        def walk(parent: str | None, prefix: str) -> None:
+            kids = children.get(parent, [])
+            for i, n in enumerate(kids):
+                last = i == len(kids) - 1
+                mark = "*" if n.id in active_path else " "
+                branch = "" if parent is None else ("└── " if last else "├── ")
+                print(f"{prefix}{branch}{mark}{_node_line(mem, n, now)}")
+                walk(n.id, prefix + ("" if parent is None else ("    " if last else "│   ")))
+
+        walk(None, "")
+        print(f"\n* active path ({_short(active.id)})" if active else "\n(no active node)")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        s = mem.stats()
+        if args.json:
+            _print_json(s)
+            return 0
+        print(f"namespace        {s.namespace}")
+        print(f"nodes            {s.live} live, {s.archived} archived")
+        print(f"depth            {s.depth}")
+        print("by type          " + (", ".join(f"{k} {v}" for k, v in sorted(s.by_type.items())) or "-"))
+        print("active path      " + (" > ".join(_short(i) for i in s.active_path) or "-"))
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.last_checkpoint_at)) if s.last_checkpoint_at else "-"
+        print(f"last checkpoint  {when}")
+        print(f"operations       {s.log_seq}")
+        print(f"on disk          {s.disk_bytes / 1024:.1f} KiB")
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        r = mem.recover()
+        if args.json:
+            _print_json(r)
+            return 0
+        print(f"replayed index operations  {r.replayed}")
+        print(f"live nodes                 {r.live_nodes}")
+        if r.active is None:
+            print("active                     (none)")
+        else:
+            print("active path                " + " > ".join(_clip(n.content, 30) for n in r.path))
+            print(f"active node                {r.active.id} [{r.active.type.value}] {_clip(r.active.content)}")
+        print(f"latest state               {_clip(r.state.content) if r.state else '-'}")
+        cp = r.last_checkpoint
+        if cp is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cp.ts))
+            print(f"last checkpoint            {when} (log #{cp.log_seq}{', ' + cp.note if cp.note else ''})")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        report = mem.forget(threshold=args.threshold, max_nodes=args.max_nodes, delete=args.delete, dry_run=args.dry_run)
+        if args.json:
+            _print_json(report)
+            return 0
+        verb = "would forget" if report.dry_run else ("deleted" if args.delete else "archived")
+        print(f"{verb} {len(report.details)} of {report.live_before} live nodes; {report.live_after} remain")
+        for node_id, w in report.details:
+            print(f"  {_short(node_id)}  w={w:.3f}")
+    return 0
+
+
+def cmd_focus(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        node = mem.focus(_resolve(mem, args.node))
+        print(f"active: {node.id} [{node.type.value}] {_clip(node.content)}")
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        cp = mem.checkpoint(args.note)
+        print(f"checkpoint {cp.id} at log #{cp.log_seq}, active {cp.active_id or '-'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hybrid-memory",
+        description="Inspect and edit a hybrid_memory weighted memory tree.",
+    )
+    p.add_argument("--path", default=os.environ.get("HYBRID_MEMORY_PATH", "./memory"),
+                   help="memory folder (default: $HYBRID_MEMORY_PATH or ./memory)")
+    p.add_argument("--namespace", "-n", default=os.environ.get("HYBRID_MEMORY_NAMESPACE", "default"),
+                   help="tenant namespace (default: $HYBRID_MEMORY_NAMESPACE or 'default')")
+    p.add_argument("--session", default="main", help="agent session whose active node is used")
+    p.add_argument("--config", default=None, help="a TOML file merged over configs/default.toml")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("add", help="write one memory", description="Write one memory under the active node (or --parent).")
+    a.add_argument("content")
+    a.add_argument("--type", "-t", required=True, help="task, state, event, fact, preference, decision or summary")
+    g = a.add_mutually_exclusive_group()
+    g.add_argument("--parent", "-p", help="parent node id (or unique prefix); default: the active node")
+    g.add_argument("--root", action="store_true", help="start a new tree")
+    a.add_argument("--importance", type=float)
+    a.add_argument("--confidence", type=float)
+    a.add_argument("--meta", help="JSON object of extra fields")
+    a.add_argument("--pin", action="store_true", help="never forget this memory")
+    a.set_defaults(func=cmd_add)
+
+    r = sub.add_parser("retrieve", help="find the memories a query needs",
+                       description="Locate the task branch by meaning, rank inside it, print the context.")
+    r.add_argument("query", nargs="?", help="omit for the active task's context")
+    r.add_argument("-k", type=int, default=None, help="nodes to rank in (default from config)")
+    r.add_argument("--budget", type=int, default=None, help="token budget of the context")
+    r.add_argument("--branches", type=int, default=None, help="how many branches to open at most")
+    r.add_argument("--explain", action="store_true", help="show branch scores and every node's scores")
+    r.set_defaults(func=cmd_retrieve)
+
+    t = sub.add_parser("tree", help="print the tree with weights", description="Print the tree with each node's weight now.")
+    t.add_argument("--all", action="store_true", help="include archived nodes")
+    t.set_defaults(func=cmd_tree)
+
+    s = sub.add_parser("stats", help="sizes and shape of the memory", description="Node counts, depth, active path, disk size.")
+    s.set_defaults(func=cmd_stats)
+
+    rc = sub.add_parser("recover", help="where things stand after a restart",
+                        description="The active node, its path, the latest task state and the last checkpoint.")
+    rc.set_defaults(func=cmd_recover)
+
+    f = sub.add_parser("forget", help="prune low-weight leaves", description="Archive (or delete) low-weight leaves.")
+    f.add_argument("--threshold", type=float, default=None)
+    f.add_argument("--max-nodes", type=int, default=None)
+    f.add_argument("--delete", action="store_true", help="delete instead of archiving")
+    f.add_argument("--dry-run", action="store_true", help="show what would go, change nothing")
+    f.set_defaults(func=cmd_forget)
+
+    fo = sub.add_parser("focus", help="set the active node", description="Make a node the active one.")
+    fo.add_argument("node", help="node id or unique prefix")
+    fo.set_defaults(func=cmd_focus)
+
+    c = sub.add_parser("checkpoint", help="record where the session stands", description="Write a checkpoint.")
+    c.add_argument("--note")
+    c.set_defaults(func=cmd_checkpoint)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except HybridMemoryError as exc:
+        print(f"error [{exc.code}]: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except json.JSONDecodeError as exc:
+        print(f"error [invalid_input]: --meta is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
