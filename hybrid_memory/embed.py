@@ -87,7 +87,7 @@ class SentenceTransformerEmbedder:
                     from sentence_transformers import SentenceTransformer
                     from transformers.utils import logging as hf_logging
 
-                    hf_logging.disable_progress_bar()  # no weight-loading bars in a CLI or a log
+                    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no weight-loading bars in a CLI or a log
 
                     try:
                         _LOADED[key] = SentenceTransformer(path, device=self._device)

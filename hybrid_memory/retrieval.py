@@ -16,6 +16,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
 import numpy as np
 from sqlalchemy.engine import Connection
 
@@ -78,7 +79,7 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 per_branch[row.branch_id].append(sim(node_id))
             scored_branches = sorted(
-                ((sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True))), b, len(sims)) for b, sims in per_branch.items()),
+                ((sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True), strict=False)), b, len(sims)) for b, sims in per_branch.items()),
                 reverse=True,
             )
             if not scored_branches:
@@ -92,7 +93,7 @@ class Retriever:
             if rows:
                 matrix = np.stack([from_blob(row.embedding) for row in rows])
                 dense_all = matrix @ qvec
-                for row, d in zip(rows, dense_all):
+                for row, d in zip(rows, dense_all, strict=True):
                     node = node_from_row(row)
                     s = _Scored(node, dense=float(d), lexical=lexical.get(node.id, 0.0))
                     s.similarity = dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical

@@ -32,10 +32,20 @@ from .errors import (
     NotFoundError,
 )
 from .forgetting import plan_forget
-from .model import Checkpoint, ForgetReport, Node, NodeType, Recall, RecoveryState, Stats, Status, tree_order
+from .model import (
+    Checkpoint,
+    ForgetReport,
+    Node,
+    NodeType,
+    Recall,
+    RecoveryState,
+    Stats,
+    Status,
+    tree_order,
+)
 from .recovery import drain_outbox
 from .retrieval import Retriever
-from .store.sql import SqlStore, node_from_row, subtree_range, to_blob
+from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight
 
@@ -61,6 +71,8 @@ class _Root:
 ROOT: Final = _Root()
 
 NodeRef = Node | str
+#: A node row as read (SQLAlchemy RowMapping) or as just written (a dict).
+RowMap = Mapping[Any, Any]
 ParentRef = Node | str | _Root | None
 
 
@@ -141,7 +153,7 @@ class MemoryTree:
                 raise InvalidInputError(f"{folder} exists and is not a folder")
             folder.mkdir(parents=True, exist_ok=True)
         if not isinstance(config, Config):
-            config = Config.load(config)
+            config = Config.load(None if config is None else Path(config))
         if store is None:
             assert folder is not None
             store = SqlStore.sqlite(folder / "memory.db")
@@ -376,11 +388,11 @@ class MemoryTree:
         neighbours: Sequence[Sequence[tuple[str, float]]],
     ) -> list[Node]:
         ns, cfg = self.namespace, self.config
-        by_key: dict[str, Row[Any] | Mapping[str, Any]] = {}
+        by_key: dict[str, RowMap] = {}
         written: list[dict[str, Any]] = []  # rows written earlier in this batch
         out: list[Node] = []
         active_id = self.store.get_cursor(conn, ns, self.session)
-        for p, vec, near in zip(prepared, vectors, neighbours):
+        for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
             parent_row = self._resolve_parent(conn, p.parent, by_key, active_id)
             twin = None
             if cfg.dedup.enabled and parent_row is not None:
@@ -423,8 +435,8 @@ class MemoryTree:
         return out
 
     def _resolve_parent(
-        self, conn: Connection, ref: ParentRef, by_key: Mapping[str, Any], active_id: str | None
-    ) -> Mapping[str, Any] | None:
+        self, conn: Connection, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
+    ) -> RowMap | None:
         if isinstance(ref, _Root):
             return None
         if ref is None:
@@ -439,7 +451,7 @@ class MemoryTree:
         except NotFoundError as exc:
             raise NotFoundError(f"unknown parent: {exc}") from None
 
-    def _branch_info(self, conn: Connection, parent: Mapping[str, Any]) -> tuple[str, bool]:
+    def _branch_info(self, conn: Connection, parent: RowMap) -> tuple[str, bool]:
         head = parent["branch_id"]
         if head == parent["id"]:
             return head, parent["type"] == NodeType.TASK.value
@@ -453,8 +465,8 @@ class MemoryTree:
         vec: np.ndarray[Any, Any],
         near: Sequence[tuple[str, float]],
         branch: str,
-        written: Sequence[Mapping[str, Any]],
-    ) -> Mapping[str, Any] | None:
+        written: Sequence[RowMap],
+    ) -> RowMap | None:
         if p.type is NodeType.TASK:
             return None  # a task heads its own branch; two tasks are never twins
         d = self.config.dedup
@@ -462,9 +474,13 @@ class MemoryTree:
         if exact is not None:
             return exact._mapping
         for row in written:  # earlier items of the same batch
-            if row["branch_id"] == branch and row["type"] == p.type.value:
-                if float(np.dot(row["embedding_vec"], vec)) >= d.cosine and text.overlap(row["content"], p.content) >= d.lexical:
-                    return row
+            if (
+                row["branch_id"] == branch
+                and row["type"] == p.type.value
+                and float(np.dot(row["embedding_vec"], vec)) >= d.cosine
+                and text.overlap(row["content"], p.content) >= d.lexical
+            ):
+                return row
         close = [i for i, sim in near if sim >= d.cosine]
         if not close:
             return None
@@ -475,7 +491,7 @@ class MemoryTree:
                 return r._mapping
         return None
 
-    def _reinforce(self, conn: Connection, twin: Mapping[str, Any], p: _Prepared) -> Node:
+    def _reinforce(self, conn: Connection, twin: RowMap, p: _Prepared) -> Node:
         d = self.config.dedup
         values = dict(
             importance=max(twin["importance"], p.importance),

@@ -127,7 +127,7 @@ class ChromaIndex:
             )
         ids = res["ids"][0] if res["ids"] else []
         dists = res["distances"][0] if res["distances"] else []
-        return [(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
+        return [(i, 1.0 - float(d)) for i, d in zip(ids, dists, strict=True)]
 
     def ids(self, namespace: str) -> set[str]:
         with self._locked(False):
