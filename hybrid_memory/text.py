@@ -23,7 +23,9 @@ _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 _TOKEN_PIECES = re.compile(rf"[{_CJK}]|{_WORD}|[^\s\w]", re.UNICODE)
 
 _STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "than", "that", "the", "their", "them", "then", "there", "they", "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your"]
+    "a an and are as at be been but by did do does for from had has have he her him his how i "
+    "in is it its me my of on or our she so than that the their them then there they this to "
+    "us was we were what when where which who why will with would you your".split()
 )
 
 
