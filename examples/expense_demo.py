@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 HERE = Path(__file__).resolve().parent
-FOLDER = HERE.parent / "demo-memory"
+FOLDER = Path(os.environ.get("HYBRID_MEMORY_DEMO_DIR", HERE.parent / "demo-memory"))
 NAMESPACE = "zhangsan"
 QUESTION = "报销进度到哪一步了？"
 OTHER_QUESTION = "数据库迁移定在什么时候？"

@@ -97,6 +97,10 @@ QUERIES = ["login bug", "deploy staging", "深色模式", "销售报告", "what 
 TYPES = [t.value for t in NodeType]
 BIG = 10**6
 
+# Which node a rule acts on: mostly a live one, sometimes an archived one, sometimes
+# any id ever created (deleted ones included, which must raise NotFoundError).
+targets = st.tuples(st.sampled_from(["live", "live", "live", "archived", "any"]), st.integers(0, BIG))
+
 # How a new item's content is made: fresh text, or a copy of an existing node's
 # content (exact, re-spaced: same hash; upper-cased: a near-duplicate).
 content_kinds = st.sampled_from(["fresh", "fresh", "fresh", "copy", "respace", "upper"])
@@ -105,7 +109,7 @@ content_kinds = st.sampled_from(["fresh", "fresh", "fresh", "copy", "respace", "
 parent_choices = st.one_of(
     st.just(("active", 0)),
     st.just(("root", 0)),
-    st.tuples(st.just("node"), st.integers(0, BIG)),
+    st.tuples(st.just("node"), targets),
     st.just(("source_parent", 0)),
 )
 item_specs = st.fixed_dictionaries(
@@ -183,6 +187,11 @@ class MemoryTreeMachine(RuleBasedStateMachine):
     def _pick(self, i: int, pool: list[str]) -> str | None:
         return pool[i % len(pool)] if pool else None
 
+    def _target(self, choice: tuple[str, int]) -> str:
+        kind, i = choice
+        pool = {"live": self.live(), "archived": self.archived(), "any": self.ever}[kind] or self.ever
+        return pool[i % len(pool)]
+
     def live(self) -> list[str]:
         return [i for i, n in self.nodes.items() if n.status == "live"]
 
@@ -256,27 +265,25 @@ class MemoryTreeMachine(RuleBasedStateMachine):
                            "upper": src.content.upper()}[kind]
                 if spec["same_type"]:
                     ntype = src.type
-            how, i = spec["parent"]
+            how, choice = spec["parent"]
             parent: Any
-            if how == "active":
+            if how == "active" or (how == "node" and not self.ever and not (keyed and j > 0)):
                 parent, ref = None, ("active",)
             elif how == "root":
                 parent, ref = ROOT, ("root",)
             elif how == "source_parent" and kind != "fresh":
                 sp = self.nodes[source].parent  # type: ignore[index]
                 parent, ref = (ROOT, ("root",)) if sp is None else (sp, ("id", sp))
-            elif how == "node" and keyed and j > 0 and i % 3 == 0:
-                key = f"k{i % j}"
+            elif how == "node" and keyed and j > 0 and (choice[1] % 3 == 0 or not self.ever):
+                key = f"k{choice[1] % j}"  # an earlier item of this batch
                 parent, ref = key, ("key", key)
+            elif how == "node":
+                target = self._target(choice)
+                parent, ref = target, ("id", target)
+                if target not in self.nodes or self.nodes[target].status != "live":
+                    fails = True
             else:
-                everyone = self.ever
-                target = self._pick(i, everyone)
-                if target is None:
-                    parent, ref = None, ("active",)
-                else:
-                    parent, ref = target, ("id", target)
-                    if target not in self.nodes or self.nodes[target].status != "live":
-                        fails = True
+                parent, ref = None, ("active",)
             item: dict[str, Any] = dict(content=content, type=ntype, parent=parent, pinned=spec["pinned"])
             if spec["importance"] is not None:
                 item["importance"] = spec["importance"]

@@ -1,0 +1,108 @@
+"""The command line, run in-process (sharing the loaded model) and once as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid_memory import MemoryTree
+from hybrid_memory.cli import build_parser, main
+
+
+def run(capsys: pytest.CaptureFixture[str], folder: Path, *args: str, ns: str = "cli") -> tuple[int, str, str]:
+    code = main(["--path", str(folder), "--namespace", ns, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_command_has_help() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    names = set(sub.choices)  # type: ignore[arg-type]
+    assert {"add", "retrieve", "tree", "stats", "recover", "forget"} <= names
+    helps = {a.dest: a.help for a in sub._choices_actions}  # type: ignore[attr-defined]
+    for name, sp in sub.choices.items():  # type: ignore[union-attr]
+        assert helps.get(name), f"{name} has no help line"
+        assert sp.description, f"{name} has no description"
+
+
+def test_add_tree_retrieve_stats_recover(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    code, out, _ = run(capsys, folder, "add", "Expense claim for Zhang San", "--type", "task")
+    assert code == 0 and out.startswith("added ")
+    task_id = out.split()[1]
+    assert run(capsys, folder, "add", "Finance returned the claim: the invoice is unreadable", "-t", "event", "--importance", "0.9")[0] == 0
+    assert run(capsys, folder, "add", "Prefers SMS notifications", "-t", "preference")[0] == 0
+    assert run(capsys, folder, "add", "Migrate the order database", "-t", "task", "--root")[0] == 0
+    assert run(capsys, folder, "add", "Window is Saturday 02:00", "-t", "decision")[0] == 0
+
+    code, out, _ = run(capsys, folder, "tree")
+    assert code == 0
+    lines = out.splitlines()
+    claim = next(i for i, line in enumerate(lines) if "Expense claim" in line)
+    assert "├── " in lines[claim + 1] and "invoice is unreadable" in lines[claim + 1]
+    assert "w=0." in lines[claim]
+    # The second task is active (a new task becomes the active node).
+    assert next(line for line in lines if "Migrate the order" in line).startswith("*")
+
+    code, out, _ = run(capsys, folder, "retrieve", "why was the claim sent back?", "--explain")
+    assert code == 0
+    assert f"branch {task_id}" in out.splitlines()[1]
+    assert "invoice is unreadable" in out and "score" in out
+
+    code, out, _ = run(capsys, folder, "--json", "retrieve", "why was the claim sent back?")
+    recall = json.loads(out)
+    assert recall["branches"][0]["branch_id"] == task_id
+    assert all(0 <= n["score"] <= 1 for n in recall["nodes"])
+
+    code, out, _ = run(capsys, folder, "stats")
+    assert code == 0 and "5 live, 0 archived" in out
+
+    code, out, _ = run(capsys, folder, "focus", task_id[:8])
+    assert code == 0 and task_id in out
+    code, out, _ = run(capsys, folder, "recover")
+    assert code == 0 and f"active node                {task_id}" in out
+
+    code, out, _ = run(capsys, folder, "forget", "--threshold", "1.0", "--dry-run")
+    assert code == 0 and out.startswith("would forget")
+    code, out, _ = run(capsys, folder, "stats")
+    assert "5 live" in out  # dry run changed nothing
+
+
+def test_errors_map_to_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    code, _, err = run(capsys, folder, "add", "   ", "-t", "event")
+    assert code == 2 and "invalid_content" in err
+    code, _, err = run(capsys, folder, "add", "x", "-t", "bogus")
+    assert code == 2 and "invalid_type" in err
+    code, _, err = run(capsys, folder, "add", "x", "-t", "event", "--parent", "ffffffffffffffff")
+    assert code == 3 and "not_found" in err
+    code, out, _ = run(capsys, folder, "add", "A task of tenant a", "-t", "task", ns="a")
+    node_id = out.split()[1]
+    code, _, err = run(capsys, folder, "focus", node_id, ns="b")
+    assert code == 4 and "namespace_mismatch" in err
+    code, _, err = run(capsys, folder, "add", "x", "-t", "event", "--importance", "nan")
+    assert code == 2 and "invalid_weight" in err
+    with MemoryTree.open(folder, namespace="b") as mem:
+        assert mem.stats().live == 0  # nothing written by the failed calls
+
+
+def test_cli_as_a_process(tmp_path: Path) -> None:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    folder = tmp_path / "m"
+    add = subprocess.run(
+        [sys.executable, "-m", "hybrid_memory", "--path", str(folder), "add", "用户偏好：结果通知使用短信", "--type", "preference"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert add.returncode == 0, add.stderr
+    stats = subprocess.run(
+        [sys.executable, "-m", "hybrid_memory", "--path", str(folder), "--json", "stats"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["by_type"] == {"preference": 1}
