@@ -203,6 +203,10 @@ class Retriever:
         used = dropped = 0
         for s, reason in picked:
             if s.node.id in chosen:
+                # Already in as an earlier pick's ancestor: it was picked on its own
+                # merit too, so say so (and let retrieve() count the read).
+                if chosen[s.node.id][1] == "ancestor":
+                    chosen[s.node.id] = (s, reason)
                 continue
             need = [a for a in s.node.ancestor_ids if a not in chosen and a in known] + [s.node.id]
             cost = sum(_line_tokens(known[i].node if i != s.node.id else s.node) for i in need)

@@ -480,7 +480,9 @@ class MemoryTree:
                 and float(np.dot(row["embedding_vec"], vec)) >= d.cosine
                 and text.overlap(row["content"], p.content) >= d.lexical
             ):
-                return row
+                # Re-read it: an earlier merge in this batch may have reinforced it.
+                fresh = self.store.get(conn, row["id"])
+                return fresh._mapping if fresh is not None else row
         close = [i for i, sim in near if sim >= d.cosine]
         if not close:
             return None
@@ -794,14 +796,21 @@ class MemoryTree:
                 nodes, {n.id: self.weight(n, at) for n in nodes}, protected, threshold=thr, max_nodes=cap
             )
             ids = [i for i, _ in plan]
+            erased: list[str] = []
             if ids and not dry_run:
                 if delete:
-                    self._delete_ids(conn, ids, None, at, None)
+                    # A forgotten leaf has no live children but may have archived ones:
+                    # as with delete(), they go with it rather than be left orphaned.
+                    paths = {n.id: n.path for n in nodes}
+                    erased = list(dict.fromkeys(
+                        r.id for i in ids for r in self.store.subtree(conn, self.namespace, paths[i])
+                    ))
+                    self._delete_ids(conn, erased, None, at, None)
                 else:
                     self._archive_ids(conn, ids, None, at, "forget", None)
             return ForgetReport(
                 archived=() if delete or dry_run else tuple(ids),
-                deleted=tuple(ids) if delete and not dry_run else (),
+                deleted=tuple(erased),
                 live_before=len(nodes),
                 live_after=len(nodes) - (0 if dry_run else len(ids)),
                 dry_run=dry_run,

@@ -112,6 +112,30 @@ def world(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[t
 Case = Callable[[MemoryTree, SimpleNamespace], object]
 
 
+def test_snapshot_sees_every_kind_of_change(open_memory: Callable[..., MemoryTree]) -> None:
+    """Guard for the helper: each successful change shows up in the snapshot."""
+    mem = open_memory()
+    n = populate(mem)
+    changes: list[Callable[[], object]] = [
+        lambda: mem.add("A fresh note about trams in Lisbon", type="fact", parent=n.trip),
+        lambda: mem.update(n.hotel, content="The hotel near Alfama is booked from May 4 to May 8"),
+        lambda: mem.update(n.hotel, meta={"source": "phone"}),
+        lambda: mem.feedback(n.hotel, important=True),
+        lambda: mem.feedback(n.hotel, confirmed=True),
+        lambda: mem.pin(n.hotel),
+        lambda: mem.focus(n.trip),
+        lambda: mem.move(n.train, n.trip),
+        lambda: mem.archive(n.train),
+        lambda: mem.restore(n.old),
+        lambda: mem.checkpoint("a note"),
+        lambda: mem.delete(n.billing),
+    ]
+    for change in changes:
+        before = snapshot(mem)
+        change()
+        assert snapshot(mem) != before
+
+
 def case(name: str, error: type[HybridMemoryError], call: Case) -> Any:
     return pytest.param(error, call, id=name)
 

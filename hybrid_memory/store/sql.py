@@ -386,10 +386,15 @@ class SqlStore:
     # -- the lexical index ------------------------------------------------------
 
     def index_terms(self, conn: Connection, namespace: str, node_id: str, counts: Mapping[str, int]) -> None:
-        if counts:
+        # Terms are stored cut to 64 characters: two long terms sharing that prefix
+        # are one stored term (their counts add up), not a duplicate key.
+        stored: dict[str, int] = {}
+        for t, n in counts.items():
+            stored[t[:64]] = stored.get(t[:64], 0) + n
+        if stored:
             conn.execute(
                 insert(terms),
-                [{"namespace": namespace, "term": t[:64], "node_id": node_id, "tf": n} for t, n in counts.items()],
+                [{"namespace": namespace, "term": t, "node_id": node_id, "tf": n} for t, n in stored.items()],
             )
 
     def unindex_terms(self, conn: Connection, ids: Sequence[str]) -> None:

@@ -1,0 +1,155 @@
+"""Pins the public surface of hybrid_memory: what is exported, what MemoryTree offers,
+and which arguments are keyword-only. A change here is a change to the API."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import hybrid_memory
+from hybrid_memory import MemoryTree, errors
+
+EXPECTED_ALL = [
+    "BranchScore",
+    "Checkpoint",
+    "ChromaIndex",
+    "ClosedError",
+    "Config",
+    "ConfigError",
+    "ConflictError",
+    "CycleError",
+    "Embedder",
+    "ForgetReport",
+    "HybridMemoryError",
+    "InvalidContentError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "InvalidWeightError",
+    "MemoryTree",
+    "NamespaceError",
+    "Node",
+    "NodeType",
+    "NotFoundError",
+    "ROOT",
+    "Recall",
+    "RecoveryState",
+    "ScoredNode",
+    "SentenceTransformerEmbedder",
+    "SqlStore",
+    "Stats",
+    "Status",
+    "StorageError",
+    "VectorIndex",
+    "__version__",
+]
+
+DOCUMENTED_METHODS = [
+    "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
+    "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
+    "children", "path", "nodes", "close", "flush", "weight",
+]
+
+# The keyword options of each call, in order. Every one must be keyword-only.
+KEYWORD_OPTIONS = {
+    "add": (["content"], ["type", "parent", "importance", "confidence", "meta", "ts", "pinned"]),
+    "retrieve": (["query"], ["k", "budget_tokens", "branches", "now"]),
+    "forget": ([], ["threshold", "max_nodes", "delete", "dry_run", "now"]),
+    "update": (["node"], ["content", "importance", "confidence", "meta", "expected_version", "ts"]),
+    "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
+    "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock"]),
+}
+
+
+def test_all_is_pinned() -> None:
+    assert sorted(EXPECTED_ALL) == EXPECTED_ALL
+    assert len(hybrid_memory.__all__) == len(set(hybrid_memory.__all__)), "no duplicates in __all__"
+    assert sorted(hybrid_memory.__all__) == EXPECTED_ALL
+
+
+@pytest.mark.parametrize("name", EXPECTED_ALL)
+def test_every_exported_name_is_importable(name: str) -> None:
+    module = importlib.import_module("hybrid_memory")
+    assert getattr(module, name) is not None
+    namespace: dict[str, object] = {}
+    exec(f"from hybrid_memory import {name}", namespace)
+    assert namespace[name] is getattr(module, name)
+
+
+def test_star_import_gives_exactly_all() -> None:
+    namespace: dict[str, object] = {}
+    exec("from hybrid_memory import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == EXPECTED_ALL
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(hybrid_memory.__version__, str)
+    assert hybrid_memory.__version__.count(".") >= 1
+
+
+def test_every_error_is_exported_from_the_package() -> None:
+    for name in errors.__all__:
+        assert name in hybrid_memory.__all__
+        assert getattr(hybrid_memory, name) is getattr(errors, name)
+
+
+def test_root_sentinel_is_a_singleton() -> None:
+    assert repr(hybrid_memory.ROOT) == "ROOT"
+    assert type(hybrid_memory.ROOT)() is hybrid_memory.ROOT
+
+
+@pytest.mark.parametrize("name", DOCUMENTED_METHODS)
+def test_memory_tree_method_exists_with_docstring(name: str) -> None:
+    member = getattr(MemoryTree, name, None)
+    assert callable(member), f"MemoryTree.{name} is missing"
+    doc = inspect.getdoc(member)
+    assert doc and len(doc.split()) >= 3, f"MemoryTree.{name} needs a docstring"
+
+
+def test_open_is_a_classmethod() -> None:
+    assert isinstance(inspect.getattr_static(MemoryTree, "open"), classmethod)
+
+
+def test_active_is_a_documented_read_only_property() -> None:
+    prop = inspect.getattr_static(MemoryTree, "active")
+    assert isinstance(prop, property) and prop.fset is None
+    assert prop.__doc__
+
+
+def test_memory_tree_public_names_are_pinned() -> None:
+    public = {name for name in dir(MemoryTree) if not name.startswith("_")}
+    assert public == set(DOCUMENTED_METHODS) | {"active"}
+
+
+def test_memory_tree_is_a_context_manager() -> None:
+    assert callable(MemoryTree.__enter__) and callable(MemoryTree.__exit__)
+
+
+@pytest.mark.parametrize("name", list(KEYWORD_OPTIONS))
+def test_keyword_options_are_keyword_only(name: str) -> None:
+    positional, options = KEYWORD_OPTIONS[name]
+    params = list(inspect.signature(getattr(MemoryTree, name)).parameters.values())
+    if params and params[0].name in ("self", "cls"):
+        params = params[1:]
+    assert [p.name for p in params] == positional + options
+    for p in params[: len(positional)]:
+        assert p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, f"{name}({p.name}) may be given by position"
+    for p in params[len(positional):]:
+        assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{name}(..., {p.name}) must be keyword-only"
+
+
+def test_add_requires_content_and_type_only() -> None:
+    params = inspect.signature(MemoryTree.add).parameters
+    required = [n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty]
+    assert required == ["content", "type"]
+
+
+def test_keyword_only_is_enforced_at_call_time() -> None:
+    """A positional option is a TypeError before any memory is touched (no instance needed)."""
+    with pytest.raises(TypeError):
+        MemoryTree.add(None, "content", "fact")  # type: ignore[arg-type, misc]
+    with pytest.raises(TypeError):
+        MemoryTree.retrieve(None, "query", 5)  # type: ignore[arg-type, misc]
+    with pytest.raises(TypeError):
+        MemoryTree.forget(None, 0.3)  # type: ignore[arg-type, misc]

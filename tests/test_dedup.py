@@ -1,0 +1,235 @@
+"""Deduplication on write, with the real model: a near-identical memory of the same type
+in the same branch reinforces the existing node instead of creating a twin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hybrid_memory import ROOT, MemoryTree, Node, text
+
+
+def snapshot(mem: MemoryTree) -> tuple[list[str], set[str]]:
+    """(every node id, live or archived, in tree order; the vector index's ids)."""
+    return [n.id for n in mem.nodes(include_archived=True)], mem.index.ids(mem.namespace)
+
+
+def cosine(mem: MemoryTree, a: str, b: str) -> float:
+    v = mem.embedder.embed([a, b])
+    return float(np.dot(v[0], v[1]))
+
+
+def assert_merged(mem: MemoryTree, first: Node, again: Node, before: tuple[list[str], set[str]], merges: int = 1) -> None:
+    step = mem.config.dedup.confidence_step
+    assert again.merged is True
+    assert again.id == first.id
+    assert again.content == first.content  # the existing memory stays as written
+    assert again.confidence == pytest.approx(min(1.0, first.confidence + merges * step))
+    assert again.version == first.version + merges
+    assert snapshot(mem) == before  # no new row, the vector index untouched
+    stored = mem.get(first.id)
+    assert stored.confidence == pytest.approx(again.confidence)
+    assert stored.merged is False  # merged describes an add() result, not the stored node
+
+
+@pytest.fixture
+def mem(open_memory: Any) -> MemoryTree:
+    m: MemoryTree = open_memory()
+    m.add("Migrate the production database server", type="task", parent=ROOT)  # becomes active
+    return m
+
+
+# -- merges -------------------------------------------------------------------------
+
+
+def test_near_identical_english_memory_reinforces_the_existing_node(mem, clock):
+    first = mem.add("The server migration is scheduled for Friday night.", type="fact")
+    assert first.merged is False
+    before = snapshot(mem)
+    near = "Server migration is scheduled for Friday night."
+    assert cosine(mem, first.content, near) >= mem.config.dedup.cosine
+    assert first.content != near
+    clock.advance(3600)
+    again = mem.add(near, type="fact")
+    assert_merged(mem, first, again, before)
+    # The merge counts as activity: the node is fresher than before.
+    assert mem.get(first).touched_at == clock.now
+
+
+def test_near_identical_chinese_memory_reinforces_the_existing_node(mem, clock):
+    first = mem.add("报销单已经提交给财务部门审批。", type="state")
+    before = snapshot(mem)
+    near = "报销单已经提交给财务部门审批了。"
+    assert text.overlap(first.content, near) >= mem.config.dedup.lexical
+    assert cosine(mem, first.content, near) >= mem.config.dedup.cosine
+    clock.advance(60)
+    again = mem.add(near, type="state")
+    assert_merged(mem, first, again, before)
+    # And once more: confidence keeps rising by the step, still one node.
+    third = mem.add("报销单已经提交给财务部门审批啦。", type="state")
+    assert_merged(mem, first, third, before, merges=2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="dedup needs dense cosine >= 0.95 even for text the model reads as [UNK]: "
+    "'报销单已经提交给财务部门审批。' vs the same ending in '！' (term overlap 1.0, cosine 0.926) "
+    "or in '了' without '。' (overlap 0.93, cosine 0.947): a twin is created",
+)
+@pytest.mark.parametrize(
+    "variant", ["报销单已经提交给财务部门审批！", "报销单已经提交给财务部门审批了"], ids=["exclamation", "no-full-stop"]
+)
+def test_chinese_memory_differing_only_in_punctuation_merges(mem, variant):
+    first = mem.add("报销单已经提交给财务部门审批。", type="state")
+    assert text.overlap(first.content, variant) >= mem.config.dedup.lexical
+    before = snapshot(mem)
+    again = mem.add(variant, type="state")
+    assert_merged(mem, first, again, before)
+
+
+def test_exact_repeats_merge_and_raise_confidence_each_time(mem, clock):
+    first = mem.add("The user prefers rollback scripts to be tested first.", type="preference")
+    before = snapshot(mem)
+    for n in range(1, 4):
+        clock.advance(60)
+        # Only whitespace differs on the third repeat: still the same memory.
+        content = first.content if n < 3 else "  The user prefers rollback   scripts to be tested first.\n"
+        again = mem.add(content, type="preference")
+        assert_merged(mem, first, again, before, merges=n)
+    # Importance never goes down on a merge, and a more important repeat raises it.
+    louder = mem.add(first.content, type="preference", importance=1.0)
+    assert louder.merged and louder.id == first.id and louder.importance == 1.0
+    quieter = mem.add(first.content, type="preference", importance=0.1)
+    assert quieter.merged and quieter.importance == 1.0
+    assert snapshot(mem) == before
+
+
+def test_confidence_is_capped_at_one(mem):
+    first = mem.add("The old server has 64 GB of RAM.", type="fact", confidence=0.98)
+    again = mem.add("The old server has 64 GB of RAM.", type="fact")
+    assert again.merged and again.id == first.id and again.confidence == 1.0
+
+
+# -- no merges -------------------------------------------------------------------------
+
+
+def test_different_chinese_memory_of_the_same_length_does_not_merge(mem):
+    """all-MiniLM-L6-v2 reads both sentences as twelve [UNK] tokens and a full stop:
+    their embeddings are the same vector. Only the lexical check tells them apart."""
+    a = "报销单已经提交给财务审批。"
+    b = "酒店预订已经发给经理确认。"
+    assert len(a) == len(b)
+    assert mem.embedder.coverage(a) < 0.2 and mem.embedder.coverage(b) < 0.2
+    assert cosine(mem, a, b) >= mem.config.dedup.cosine  # the dense check alone would merge them
+    assert text.overlap(a, b) < mem.config.dedup.lexical
+    first = mem.add(a, type="fact")
+    ids_before, index_before = snapshot(mem)
+    second = mem.add(b, type="fact")
+    assert second.merged is False and second.id != first.id
+    assert second.content == b
+    assert len(mem.nodes()) == len(ids_before) + 1
+    assert mem.index.ids(mem.namespace) == index_before | {second.id}
+    assert mem.get(first).confidence == first.confidence and mem.get(first).version == 1
+
+
+def test_similar_but_different_english_memories_do_not_merge(mem):
+    first = mem.add("The user prefers window seats on long flights.", type="preference")
+    second = mem.add("The user prefers aisle seats on long flights.", type="preference")
+    assert not second.merged and second.id != first.id
+    assert len(mem.nodes()) == 3
+
+
+def test_same_text_in_a_different_branch_does_not_merge(mem):
+    task_a = mem.active
+    assert task_a is not None
+    fact = "The maintenance window is Saturday 02:00 to 06:00."
+    in_a = mem.add(fact, type="fact", parent=task_a)
+    task_b = mem.add("Upgrade the office network switches", type="task", parent=ROOT)
+    in_b = mem.add(fact, type="fact", parent=task_b)
+    assert in_b.merged is False and in_b.id != in_a.id
+    assert in_b.branch_id == task_b.id != in_a.branch_id
+    # Also not in a sub-task of the first task: that sub-task is a branch of its own.
+    sub = mem.add("Migrate the reporting replica", type="task", parent=task_a)
+    in_sub = mem.add(fact, type="fact", parent=sub)
+    assert in_sub.merged is False and len({in_a.id, in_b.id, in_sub.id}) == 3
+    # But under a non-task child of the first task it is the same branch: it merges.
+    event = mem.add("Talked to operations about timing", type="event", parent=task_a)
+    deeper = mem.add(fact, type="fact", parent=event)
+    assert deeper.merged is True and deeper.id == in_a.id
+    assert len(mem.index.ids(mem.namespace)) == len(mem.nodes()) == 7
+
+
+def test_a_different_type_does_not_merge(mem):
+    content = "Replication is running and the cutover needs approval."
+    as_state = mem.add(content, type="state")
+    as_event = mem.add(content, type="event")
+    assert as_event.merged is False and as_event.id != as_state.id
+    assert as_event.type.value == "event"
+    # Two tasks are never twins either.
+    t1 = mem.add("Write the cutover runbook", type="task", parent=ROOT)
+    t2 = mem.add("Write the cutover runbook", type="task", parent=t1)
+    assert t2.merged is False and t2.id != t1.id
+
+
+def test_archived_node_is_not_a_twin(mem):
+    first = mem.add("The team lead approves the cutover date.", type="fact")
+    mem.archive(first)
+    again = mem.add("The team lead approves the cutover date.", type="fact")
+    assert again.merged is False and again.id != first.id
+    assert mem.get(first).status.value == "archived"
+
+
+def test_dedup_disabled_creates_twins(open_memory):
+    mem = open_memory(dedup={"enabled": False})
+    mem.add("Migrate the production database server", type="task", parent=ROOT)
+    first = mem.add("The server migration is scheduled for Friday night.", type="fact")
+    twin = mem.add("The server migration is scheduled for Friday night.", type="fact")
+    near = mem.add("Server migration is scheduled for Friday night.", type="fact")
+    assert not twin.merged and not near.merged
+    assert len({first.id, twin.id, near.id}) == 3
+    assert mem.get(first).confidence == first.confidence
+    assert len(mem.nodes()) == 4 and len(mem.index.ids(mem.namespace)) == 4
+    batch = mem.add_many([dict(content="重复的记忆。", type="fact"), dict(content="重复的记忆。", type="fact")])
+    assert batch[0].id != batch[1].id and not any(n.merged for n in batch)
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+def test_add_many_merges_within_the_batch(mem):
+    step = mem.config.dedup.confidence_step
+    before = len(mem.nodes())
+    out = mem.add_many([
+        dict(content="The server migration is scheduled for Friday night.", type="fact"),
+        dict(content="Server migration is scheduled for Friday night.", type="fact"),
+        dict(content="The server migration is scheduled for Friday night", type="fact"),
+        dict(content="报销单已经提交给财务部门审批。", type="state"),
+        dict(content="报销单已经提交给财务部门审批。", type="state"),
+        dict(content="The server migration is scheduled for Friday night.", type="event"),
+    ])
+    assert [n.merged for n in out] == [False, True, True, False, True, False]
+    assert out[0].id == out[1].id == out[2].id
+    assert out[3].id == out[4].id
+    assert len({out[0].id, out[3].id, out[5].id}) == 3
+    assert len(mem.nodes()) == before + 3
+    assert len(mem.index.ids(mem.namespace)) == before + 3
+    # Each merge reinforced the node once, as the same adds one by one would.
+    fact = mem.get(out[0].id)
+    assert fact.confidence == pytest.approx(0.7 + 2 * step)
+    assert fact.version == 3
+    assert out[2].confidence == pytest.approx(fact.confidence) and out[2].version == 3
+    assert mem.get(out[3].id).confidence == pytest.approx(0.8 + step)
+
+
+def test_add_many_merges_into_an_existing_node(mem):
+    first = mem.add("报销单已经提交给财务部门审批。", type="state")
+    before = snapshot(mem)
+    out = mem.add_many([
+        dict(content="报销单已经提交给财务部门审批了。", type="state"),
+        dict(content="报销单已经提交给财务部门审批。", type="state"),
+    ])
+    assert [n.id for n in out] == [first.id, first.id] and all(n.merged for n in out)
+    assert snapshot(mem) == before
+    assert mem.get(first).confidence == pytest.approx(first.confidence + 2 * mem.config.dedup.confidence_step)

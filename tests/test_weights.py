@@ -1,0 +1,388 @@
+"""Weights and configuration: pure unit tests, then the weights as a live memory sees them."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from hybrid_memory import Config, ConfigError, InvalidWeightError, MemoryTree, NodeType
+from hybrid_memory.config import WeightConfig, default_config_path
+from hybrid_memory.weights import check_unit, recency, usage, weight
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO_DEFAULTS = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+@pytest.fixture(scope="module")
+def cfg() -> WeightConfig:
+    return Config.load().weights
+
+
+def _w(cfg: WeightConfig, **kw: Any) -> float:
+    args: dict[str, Any] = dict(importance=0.5, confidence=0.5, access_count=3, touched_at=0.0, now=0.0, cfg=cfg)
+    args.update(kw)
+    return weight(**args)
+
+
+# -- recency ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("half_life", [0.1, 1.0, 3.3, 3600.0, 86_400.0, 604_800.0, 1e9])
+def test_recency_is_one_at_age_zero_and_exactly_half_after_one_half_life(half_life: float) -> None:
+    assert recency(0.0, half_life) == 1.0
+    assert recency(half_life, half_life) == 0.5
+    assert recency(2 * half_life, half_life) == pytest.approx(0.25, rel=1e-15)
+    assert recency(half_life / 2, half_life) == pytest.approx(math.sqrt(0.5), rel=1e-15)
+
+
+def test_future_touch_counts_as_now() -> None:
+    for age in (-1e-9, -1.0, -86_400.0, -1e12):
+        assert recency(age, 3600.0) == 1.0
+
+
+def test_recency_decreases_with_age_towards_zero() -> None:
+    ages = [0, 1, 60, 3600, 86_400, 604_800, 10 * 604_800, 1000 * 604_800]
+    values = [recency(a, 604_800.0) for a in ages]
+    assert values == sorted(values, reverse=True)
+    assert len(set(values)) == len(values)
+    assert 0.0 <= values[-1] < 1e-100
+
+
+# -- usage --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 50.0])
+def test_usage_saturates_monotonically_in_unit_interval(scale: float) -> None:
+    values = [usage(n, scale) for n in range(0, 16 * int(max(scale, 1)))]
+    assert values[0] == 0.0
+    assert all(0.0 <= v < 1.0 for v in values)
+    assert all(a < b for a, b in itertools.pairwise(values)), "strictly increasing while below 1"
+    assert usage(10**9, scale) <= 1.0
+    # Saturating: the gain from one more read shrinks.
+    gains = [b - a for a, b in itertools.pairwise(values[:20])]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_usage_follows_its_formula_and_ignores_negative_counts() -> None:
+    assert usage(5, 5.0) == pytest.approx(1 - math.exp(-1))
+    assert usage(-3, 5.0) == 0.0
+    assert usage(10, 10.0) < usage(10, 5.0), "a larger scale saturates more slowly"
+
+
+# -- weight ---------------------------------------------------------------------------------------
+
+
+def test_weight_is_the_normalised_mix(cfg: WeightConfig) -> None:
+    hl = cfg.half_life_s
+    got = _w(cfg, importance=0.8, confidence=0.6, access_count=5, touched_at=0.0, now=hl)
+    total = cfg.importance + cfg.recency + cfg.confidence + cfg.usage
+    expected = (cfg.importance * 0.8 + cfg.recency * 0.5 + cfg.confidence * 0.6 + cfg.usage * (1 - math.exp(-5 / cfg.usage_scale))) / total
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_weight_stays_in_unit_interval_for_extreme_inputs(cfg: WeightConfig) -> None:
+    lopsided = dataclasses.replace(cfg, importance=1000.0, recency=0.0, confidence=0.0, usage=1e-9)
+    for c, imp, conf, count, touched, now in itertools.product(
+        (cfg, lopsided),
+        (0.0, 1.0),
+        (0.0, 1.0),
+        (0, 1, 10**12, -5),
+        (-1e15, 0.0, 1e15),
+        (-1e15, 0.0, 1e15),
+    ):
+        w = weight(importance=imp, confidence=conf, access_count=count, touched_at=touched, now=now, cfg=c)
+        assert 0.0 <= w <= 1.0 and math.isfinite(w)
+    top = weight(importance=1.0, confidence=1.0, access_count=10**12, touched_at=0.0, now=0.0, cfg=cfg)
+    bottom = weight(importance=0.0, confidence=0.0, access_count=0, touched_at=0.0, now=1e15, cfg=cfg)
+    assert top == pytest.approx(1.0) and bottom == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [
+        ("importance", 0.2, 0.9),
+        ("confidence", 0.2, 0.9),
+        ("access_count", 0, 7),
+        ("touched_at", -2 * 604_800.0, -3600.0),  # more recent touch: higher
+    ],
+)
+def test_weight_increases_with_each_input(cfg: WeightConfig, name: str, low: float, high: float) -> None:
+    assert _w(cfg, **{name: low}) < _w(cfg, **{name: high})
+
+
+def test_weight_of_one_input_only_moves_with_its_coefficient(cfg: WeightConfig) -> None:
+    no_importance = dataclasses.replace(cfg, importance=0.0)
+    assert _w(no_importance, importance=0.0) == _w(no_importance, importance=1.0)
+
+
+# -- check_unit ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, math.inf, -math.inf, -0.1, 1.0000001, 2, -1, True, False, "0.5", None, [0.5], 1 + 0j],
+    ids=repr,
+)
+def test_check_unit_refuses(value: object) -> None:
+    with pytest.raises(InvalidWeightError) as info:
+        check_unit(value, "importance")
+    assert "importance" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [0, 1, 0.0, 0.5, 1.0, 1e-300])
+def test_check_unit_accepts_unit_numbers_as_float(value: float) -> None:
+    out = check_unit(value, "x")
+    assert type(out) is float and out == value
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def test_default_config_is_read_from_configs_default_toml() -> None:
+    assert default_config_path().resolve() == REPO_DEFAULTS
+    with open(REPO_DEFAULTS, "rb") as fh:
+        data = tomllib.load(fh)
+    config = Config.load()
+    for section, table in data.items():
+        part = getattr(config, section)
+        for key, value in table.items():
+            got = getattr(part, "lambda_" if key == "lambda" else key)
+            if isinstance(value, list):
+                value = tuple(value)
+            assert got == value, f"{section}.{key}"
+    assert {f.name for f in dataclasses.fields(Config)} == set(data)
+
+
+def test_type_defaults_come_through(open_memory: Callable[..., MemoryTree]) -> None:
+    w = Config.load().weights
+    assert w.importance_by_type["preference"] == 0.9
+    assert w.importance_by_type["state"] == 0.8
+    assert w.importance_by_type["event"] == 0.5
+    assert set(w.importance_by_type) == set(w.confidence_by_type) == {t.value for t in NodeType}
+    mem = open_memory(dedup={"enabled": False})
+    for ntype, expected in (("preference", 0.9), ("state", 0.8), ("event", 0.5)):
+        node = mem.add(f"A {ntype} memory without an explicit importance", type=ntype)
+        assert node.importance == expected
+        assert node.confidence == w.confidence_by_type[ntype]
+
+
+def test_overrides_merge_key_by_key() -> None:
+    base = Config.load()
+    c = Config.load(overrides={"retrieval": {"k": 3}, "weights": {"importance_by_type": {"event": 0.25}}})
+    assert c.retrieval.k == 3
+    assert dataclasses.replace(c.retrieval, k=base.retrieval.k) == base.retrieval
+    assert c.weights.importance_by_type == {**base.weights.importance_by_type, "event": 0.25}
+    assert c.weights.half_life_s == base.weights.half_life_s
+    assert (c.feedback, c.write, c.dedup, c.forgetting, c.usage, c.embedding) == (
+        base.feedback, base.write, base.dedup, base.forgetting, base.usage, base.embedding)
+    assert Config.load(overrides={"retrieval": {"lambda": 0.4}}).retrieval.lambda_ == 0.4
+    assert Config.load(overrides={"weights": {"usage_scale": 2}}).weights.usage_scale == 2.0  # ints widen
+
+
+def test_user_toml_merges_over_defaults_and_overrides_over_it(tmp_path: Path, embedder: Any) -> None:
+    base = Config.load()
+    user = tmp_path / "mine.toml"
+    user.write_text(
+        "[weights]\nhalf_life_s = 3600.0\n\n"
+        "[weights.importance_by_type]\nfact = 0.65\n\n"
+        "[retrieval]\nk = 4\nbranch_by = \"top_task\"\n"
+    )
+    c = Config.load(user)
+    assert (c.weights.half_life_s, c.weights.importance_by_type["fact"], c.retrieval.k, c.retrieval.branch_by) == (
+        3600.0, 0.65, 4, "top_task")
+    assert c.weights.importance_by_type["preference"] == base.weights.importance_by_type["preference"]
+    assert c.retrieval.budget_tokens == base.retrieval.budget_tokens
+    assert c.feedback == base.feedback
+    c2 = Config.load(user, overrides={"retrieval": {"k": 6}})
+    assert (c2.retrieval.k, c2.weights.half_life_s) == (6, 3600.0)
+    # MemoryTree.open(config=path) reads the same file.
+    with MemoryTree.open(tmp_path / "mem", config=user, embedder=embedder) as mem:
+        assert mem.config == c
+
+
+def test_config_is_frozen() -> None:
+    c = Config.load()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.retrieval.k = 99  # type: ignore[misc]
+    assert Config.load() == c
+
+
+def test_bad_override_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="retrieval"):
+        Config.load(overrides={"retrieval": {"k": "many"}})
+
+
+# -- the weights of a live memory ------------------------------------------------------------------
+
+
+def _recency_part(mem: MemoryTree, node_id: str, now: float | None = None) -> float:
+    """Recover the recency term from the weight the memory reports."""
+    n = mem.get(node_id)
+    w = mem.config.weights
+    total = w.importance + w.recency + w.confidence + w.usage
+    rest = w.importance * n.importance + w.confidence * n.confidence + w.usage * usage(n.access_count, w.usage_scale)
+    return (mem.weight(n, now) * total - rest) / w.recency
+
+
+@pytest.mark.parametrize("half_life", [None, 3600.0], ids=["default", "configured-1h"])
+def test_weight_decays_with_the_clock(open_memory: Callable[..., MemoryTree], clock: Any, half_life: float | None) -> None:
+    mem = open_memory(**({} if half_life is None else {"weights": {"half_life_s": half_life}}))
+    hl = mem.config.weights.half_life_s
+    assert hl == (half_life or Config.load().weights.half_life_s)
+    task = mem.add("Prepare the quarterly report", type="task")
+    fact = mem.add("Revenue figures come from the finance dashboard", type="fact")
+    w0 = mem.weight(mem.get(fact.id))
+    assert _recency_part(mem, fact.id) == pytest.approx(1.0, abs=1e-12)
+
+    clock.advance(hl)
+    w1 = mem.weight(mem.get(fact.id))
+    assert _recency_part(mem, fact.id) == pytest.approx(0.5, abs=1e-12)
+    w = mem.config.weights
+    assert w0 - w1 == pytest.approx(0.5 * w.recency / (w.importance + w.recency + w.confidence + w.usage), rel=1e-9)
+
+    clock.advance(hl)
+    assert _recency_part(mem, fact.id) == pytest.approx(0.25, abs=1e-12)
+    # An explicit ``now`` is the same as the clock being there.
+    assert mem.weight(mem.get(fact.id), now=clock.now - hl) == pytest.approx(w1, rel=1e-12)
+
+    # Activity below a node touches it: the task's recency is back to 1.
+    assert _recency_part(mem, task.id) == pytest.approx(0.25, abs=1e-12)
+    mem.add("The dashboard export is in CSV", type="fact", parent=task)
+    assert _recency_part(mem, task.id) == pytest.approx(1.0, abs=1e-12)
+    assert _recency_part(mem, fact.id) == pytest.approx(0.25, abs=1e-12), "a sibling is not touched"
+
+
+@pytest.mark.parametrize("step", [None, 0.3], ids=["default", "configured-0.3"])
+def test_feedback_important_raises_importance_by_the_step_capped_at_one(open_memory: Callable[..., MemoryTree], step: float | None) -> None:
+    mem = open_memory(**({} if step is None else {"feedback": {"important_step": step}}))
+    s = mem.config.feedback.important_step
+    assert s == (step or Config.load().feedback.important_step) and s > 0
+    node = mem.add("The user's team meets on Tuesdays", type="event")
+    imp = node.importance
+    assert imp == mem.config.weights.importance_by_type["event"]
+    seq = mem.stats().log_seq
+    version = node.version
+    w_prev = mem.weight(node)
+    for _ in range(math.ceil((1.0 - imp) / s) + 2):  # enough to hit the cap and stay there
+        out = mem.feedback(node, important=True)
+        imp = min(1.0, imp + s)
+        assert out.importance == pytest.approx(imp, abs=1e-12)
+        assert out.importance <= 1.0
+        assert out.confidence == node.confidence, "important=True leaves confidence alone"
+        assert out.version == version + 1
+        version = out.version
+        assert mem.get(node).importance == out.importance
+        assert mem.weight(out) >= w_prev
+        w_prev = mem.weight(out)
+    assert mem.get(node).importance == 1.0
+    assert mem.stats().log_seq > seq
+
+
+def test_feedback_confirmed_raises_confidence_by_its_step(open_memory: Callable[..., MemoryTree]) -> None:
+    mem = open_memory(feedback={"confirmed_step": 0.15})
+    node = mem.add("The staging database is Postgres 16", type="fact", confidence=0.5)
+    out = mem.feedback(node, confirmed=True)
+    assert (out.confidence, out.importance) == (pytest.approx(0.65), node.importance)
+    out = mem.feedback(node, confirmed=True, confidence=0.95)  # set, then raise: capped
+    assert out.confidence == 1.0
+
+
+@contextmanager
+def _count_write_transactions(mem: MemoryTree) -> Iterator[list[int]]:
+    """Counts the write transactions (BEGIN IMMEDIATE) the store opens."""
+    count = [0]
+
+    def on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get("hm_write"):
+            count[0] += 1
+
+    event.listen(mem.store.engine, "begin", on_begin)
+    try:
+        yield count
+    finally:
+        event.remove(mem.store.engine, "begin", on_begin)
+
+
+def _reads(recall: Any) -> list[str]:
+    """The ids a recall counts as read (ancestors added for context are not)."""
+    return [s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top")]
+
+
+def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., MemoryTree], clock: Any, tmp_path: Path) -> None:
+    mem = open_memory()
+    mem.add("Plan the Lisbon trip in May", type="task")
+    hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
+    mem.add("Flights to Lisbon leave Berlin at nine in the morning", type="fact")
+    created = hotel.created_at
+    clock.advance(3600)
+    seq = mem.stats().log_seq
+    expected: dict[str, int] = {}
+
+    with _count_write_transactions(mem) as writes:
+        for _ in range(3):
+            recall = mem.retrieve("When is the hotel in Alfama booked?")
+            assert hotel.id in _reads(recall)
+            for i in _reads(recall):
+                expected[i] = expected.get(i, 0) + 1
+        assert writes[0] == 0, "reads alone must not open write transactions"
+        assert mem.stats().log_seq == seq
+        assert mem.get(hotel).access_count == 0, "buffered, not yet written"
+        assert mem.get(hotel).accessed_at == created
+
+        mem.flush()
+        assert writes[0] == 1, "one transaction for all buffered reads"
+        mem.flush()
+        assert writes[0] == 1, "nothing pending: no transaction"
+
+    assert mem.stats().log_seq == seq, "reads are not logged operations"
+    for node_id, n in expected.items():
+        assert mem.get(node_id).access_count == n
+    assert mem.get(hotel).access_count == 3
+    assert mem.get(hotel).accessed_at == clock.now
+
+    # More reads, then close and reopen: close() flushes them.
+    for _ in range(2):
+        assert hotel.id in _reads(mem.retrieve("hotel booking in Alfama"))
+    mem.close()
+    reopened = open_memory(folder=tmp_path / "mem")
+    assert reopened.get(hotel).access_count == 5
+    assert reopened.stats().log_seq == seq
+
+
+def test_reads_are_flushed_with_the_next_write(open_memory: Callable[..., MemoryTree]) -> None:
+    mem = open_memory()
+    hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
+    with _count_write_transactions(mem) as baseline:
+        mem.add("Trams to Belem leave from Praca da Figueira", type="fact")
+    assert baseline[0] >= 1
+    assert hotel.id in _reads(mem.retrieve("When is the hotel in Alfama booked?"))
+    with _count_write_transactions(mem) as writes:
+        mem.add("The museum is closed on Mondays", type="fact")
+    assert writes[0] == baseline[0], "the buffered reads ride in the write's own transaction"
+    assert mem.get(hotel).access_count == 1
+
+
+def test_flush_every_batches_reads(open_memory: Callable[..., MemoryTree]) -> None:
+    mem = open_memory(usage={"flush_every": 2})
+    mem.add("Plan the Lisbon trip in May", type="task")
+    a = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
+    b = mem.add("Flights to Lisbon leave Berlin at nine in the morning", type="fact")
+    with _count_write_transactions(mem) as writes:
+        recall = mem.retrieve("hotel and flights for the Lisbon trip")
+        read = set(_reads(recall))
+        assert {a.id, b.id} <= read
+        assert writes[0] == 1, "a threshold crossed by one retrieve flushes once"
+    assert mem.get(a).access_count == mem.get(b).access_count == 1
