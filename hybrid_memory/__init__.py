@@ -34,7 +34,8 @@ from .model import (
     Status,
 )
 from .store import ChromaIndex, SqlStore, VectorIndex
-from .tree import ROOT, MemoryTree
+from .tree import MemoryTree
+from .writing import ROOT
 
 __version__ = "0.1.0"
 

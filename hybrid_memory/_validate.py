@@ -52,9 +52,15 @@ def meta(value: object) -> dict[str, Any]:
 
 
 def timestamp(value: object, name: str = "ts") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {value!r}")
+    return seconds
 
 
 def positive_int(value: object, name: str) -> int:

@@ -13,7 +13,8 @@ from typing import Any
 
 from .errors import HybridMemoryError
 from .model import Node, tree_order
-from .tree import ROOT, MemoryTree
+from .tree import MemoryTree
+from .writing import ROOT
 
 
 def _open(args: argparse.Namespace) -> MemoryTree:

@@ -53,7 +53,7 @@ class WriteConfig:
 @dataclass(frozen=True)
 class DedupConfig:
     enabled: bool
-    cosine: float
+    similarity: float
     lexical: float
     candidates: int
     confidence_step: float
@@ -225,7 +225,7 @@ def _validate(c: Config) -> None:
             unit(value, f"weights.{name}.{key}")
     unit(c.feedback.important_step, "feedback.important_step")
     unit(c.feedback.confirmed_step, "feedback.confirmed_step")
-    unit(c.dedup.cosine, "dedup.cosine")
+    unit(c.dedup.similarity, "dedup.similarity")
     unit(c.dedup.lexical, "dedup.lexical")
     unit(c.dedup.confidence_step, "dedup.confidence_step")
     r = c.retrieval

@@ -26,7 +26,7 @@ from .embed import Embedder
 from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
-from .weights import weight
+from .weights import blend, weight
 
 log = logging.getLogger("hybrid_memory")
 
@@ -73,7 +73,7 @@ class Retriever:
                 dense_hits[node_id] = float(np.dot(vec, qvec))
 
             def sim(node_id: str) -> float:
-                return dense_mix * max(0.0, dense_hits.get(node_id, 0.0)) + (1 - dense_mix) * lexical.get(node_id, 0.0)
+                return blend(dense_hits.get(node_id, 0.0), lexical.get(node_id, 0.0), dense_mix)
 
             per_branch: dict[str, list[float]] = defaultdict(list)
             for node_id, row in cand_rows.items():
@@ -96,7 +96,7 @@ class Retriever:
                 for row, d in zip(rows, dense_all, strict=True):
                     node = node_from_row(row)
                     s = _Scored(node, dense=float(d), lexical=lexical.get(node.id, 0.0))
-                    s.similarity = dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical
+                    s.similarity = blend(s.dense, s.lexical, dense_mix)
                     s.weight = self._weight(node, now)
                     s.score = r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight
                     s.branch_score = branch_score[node.branch_id]

@@ -3,20 +3,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-import numpy as np
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
 from . import _validate as check
 from . import text
@@ -29,7 +24,6 @@ from .errors import (
     InvalidInputError,
     InvalidTypeError,
     NamespaceError,
-    NotFoundError,
 )
 from .forgetting import plan_forget
 from .model import (
@@ -48,47 +42,21 @@ from .retrieval import Retriever
 from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight
+from .writing import (
+    NodeRef,
+    ParentRef,
+    Writer,
+    _Root,
+    branch_info_for,
+    content_hash,
+    to_json,
+)
 
 log = logging.getLogger("hybrid_memory")
 
 T = TypeVar("T")
 
 
-class _Root:
-    """Sentinel: ``add(..., parent=ROOT)`` starts a new tree instead of hanging under the active node."""
-
-    _instance: _Root | None = None
-
-    def __new__(cls) -> _Root:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "ROOT"
-
-
-ROOT: Final = _Root()
-
-NodeRef = Node | str
-#: A node row as read (SQLAlchemy RowMapping) or as just written (a dict).
-RowMap = Mapping[Any, Any]
-ParentRef = Node | str | _Root | None
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """One validated memory ready to be written."""
-
-    key: str | None
-    content: str
-    type: NodeType
-    parent: ParentRef
-    importance: float
-    confidence: float
-    meta: dict[str, Any]
-    ts: float
-    pinned: bool
 
 
 class MemoryTree:
@@ -120,6 +88,10 @@ class MemoryTree:
         self._closed = False
         self._pending_access: dict[str, tuple[int, float]] = {}
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace)
+        self._writer = Writer(
+            store=store, index=index, embedder=embedder, config=self.config,
+            namespace=self.namespace, session=self.session, clock=clock,
+        )
         self._check_branch_mode()
         self._replayed = drain_outbox(store, index, self.namespace)
 
@@ -148,12 +120,12 @@ class MemoryTree:
         if path is None and (store is None or index is None):
             raise InvalidInputError("give a folder path, or both store and index")
         folder = Path(path) if path is not None else None
+        if not isinstance(config, Config):
+            config = Config.load(None if config is None else Path(config))
         if folder is not None:
             if folder.exists() and not folder.is_dir():
                 raise InvalidInputError(f"{folder} exists and is not a folder")
             folder.mkdir(parents=True, exist_ok=True)
-        if not isinstance(config, Config):
-            config = Config.load(None if config is None else Path(config))
         if store is None:
             assert folder is not None
             store = SqlStore.sqlite(folder / "memory.db")
@@ -222,13 +194,13 @@ class MemoryTree:
         """The node as stored now (live or archived)."""
         self._live_check()
         with self.store.reading() as conn:
-            return node_from_row(self._row(conn, node))
+            return node_from_row(self._writer.row(conn, node))
 
     def children(self, node: NodeRef, *, include_archived: bool = False) -> list[Node]:
         """The node's live children (and archived ones with ``include_archived``), oldest first."""
         self._live_check()
         with self.store.reading() as conn:
-            row = self._row(conn, node)
+            row = self._writer.row(conn, node)
             rows = self.store.subtree(conn, self.namespace, row.path)
         kids = [node_from_row(r) for r in rows if r.parent_id == row.id]
         if not include_archived:
@@ -239,7 +211,7 @@ class MemoryTree:
         """The node's ancestors from the root, then the node."""
         self._live_check()
         with self.store.reading() as conn:
-            row = self._row(conn, node)
+            row = self._writer.row(conn, node)
             ids = row.path.rstrip("/").split("/")
             rows = self.store.get_many(conn, ids)
         return [node_from_row(rows[i]) for i in ids]
@@ -262,28 +234,16 @@ class MemoryTree:
 
     def weight(self, node: Node, now: float | None = None) -> float:
         """The node's weight at ``now`` (default: the clock)."""
+        self._live_check()
+        if not isinstance(node, Node):
+            raise InvalidTypeError(f"weight() takes a Node, got {type(node).__name__}")
+        if node.namespace != self.namespace:
+            raise NamespaceError(f"node {node.id} belongs to namespace {node.namespace!r}, not {self.namespace!r}")
         return weight(
             importance=node.importance, confidence=node.confidence, access_count=node.access_count,
             touched_at=node.touched_at, now=self._now(now), cfg=self.config.weights,
         )
 
-    def _row(self, conn: Connection, ref: object, *, live: bool = False) -> Row[Any]:
-        if isinstance(ref, Node):
-            if ref.namespace != self.namespace:
-                raise NamespaceError(f"node {ref.id} belongs to namespace {ref.namespace!r}, not {self.namespace!r}")
-            node_id = ref.id
-        elif isinstance(ref, str):
-            node_id = ref
-        else:
-            raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
-        row = self.store.get(conn, node_id)
-        if row is None:
-            raise NotFoundError(f"no node {node_id!r}")
-        if row.namespace != self.namespace:
-            raise NamespaceError(f"node {node_id} belongs to another namespace, not {self.namespace!r}")
-        if live and row.status != Status.LIVE.value:
-            raise NotFoundError(f"node {node_id} is archived; restore it first")
-        return row
 
     # -- writing ---------------------------------------------------------------
 
@@ -319,192 +279,37 @@ class MemoryTree:
         item's key. Every item is checked before anything is written.
         """
         self._live_check()
-        prepared = [self._prepare(item, i) for i, item in enumerate(items)]
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise InvalidTypeError("add_many takes an iterable of mappings (one per memory)")
+        prepared = [self._writer.prepare(item, i) for i, item in enumerate(items)]
         if not prepared:
             return []
         keys = [p.key for p in prepared if p.key is not None]
         if len(keys) != len(set(keys)):
             raise InvalidInputError("add_many: item keys must be unique")
         vectors = self.embedder.embed([p.content for p in prepared])
-        neighbours = self._dedup_candidates(vectors) if self.config.dedup.enabled else [[] for _ in prepared]
+        neighbours = self._writer.dedup_candidates(vectors) if self.config.dedup.enabled else [[] for _ in prepared]
 
         def run(conn: Connection) -> list[Node]:
-            return self._write_batch(conn, prepared, vectors, neighbours)
+            return self._writer.write_batch(conn, prepared, vectors, neighbours)
 
         result = self._write_flushing(run)
         self._drain()
         return result
 
-    def _prepare(self, item: Mapping[str, Any], i: int) -> _Prepared:
-        if not isinstance(item, Mapping):
-            raise InvalidTypeError(f"item {i} must be a mapping of add() arguments")
-        allowed = {"key", "content", "type", "parent", "importance", "confidence", "meta", "ts", "pinned"}
-        unknown = set(item) - allowed
-        if unknown:
-            raise InvalidInputError(f"item {i}: unknown field(s) {sorted(unknown)}")
-        if "content" not in item or "type" not in item:
-            raise InvalidInputError(f"item {i}: content and type are required")
-        ntype = check.node_type(item["type"])
-        w = self.config.weights
-        imp = item.get("importance")
-        conf = item.get("confidence")
-        key = item.get("key")
-        if key is not None and not isinstance(key, str):
-            raise InvalidTypeError(f"item {i}: key must be a string")
-        parent = item.get("parent")
-        if parent is not None and not isinstance(parent, (Node, str, _Root)):
-            raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT or None")
-        pinned = item.get("pinned", False)
-        if not isinstance(pinned, bool):
-            raise InvalidTypeError(f"item {i}: pinned must be true or false")
-        ts = item.get("ts")
-        return _Prepared(
-            key=key,
-            content=check.content(item["content"], self.config.write.max_content_chars),
-            type=ntype,
-            parent=parent,
-            importance=w.importance_by_type[ntype.value] if imp is None else check_unit(imp, "importance"),
-            confidence=w.confidence_by_type[ntype.value] if conf is None else check_unit(conf, "confidence"),
-            meta=check.meta(item.get("meta")),
-            ts=self._clock() if ts is None else check.timestamp(ts),
-            pinned=pinned,
-        )
 
-    def _dedup_candidates(self, vectors: np.ndarray[Any, Any]) -> list[list[tuple[str, float]]]:
-        # Nearest neighbours from the whole namespace (an unfiltered query is fast);
-        # branch and type are checked against the relational truth inside the write.
-        n = self.config.dedup.candidates
-        try:
-            return [self.index.query(self.namespace, v, n) for v in vectors]
-        except Exception as exc:  # the index is derived: a failure only skips dedup
-            log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
-            return [[] for _ in range(len(vectors))]
 
-    def _write_batch(
-        self,
-        conn: Connection,
-        prepared: Sequence[_Prepared],
-        vectors: np.ndarray[Any, Any],
-        neighbours: Sequence[Sequence[tuple[str, float]]],
-    ) -> list[Node]:
-        ns, cfg = self.namespace, self.config
-        by_key: dict[str, RowMap] = {}
-        written: list[dict[str, Any]] = []  # rows written earlier in this batch
-        out: list[Node] = []
-        active_id = self.store.get_cursor(conn, ns, self.session)
-        for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
-            parent_row = self._resolve_parent(conn, p.parent, by_key, active_id)
-            twin = None
-            if cfg.dedup.enabled and parent_row is not None:
-                twin = self._find_twin(conn, p, vec, near, self._branch_info(conn, parent_row)[0], written)
-            if twin is not None:
-                node = self._reinforce(conn, twin, p)
-                if p.key is not None:
-                    by_key[p.key] = self.store.get(conn, node.id)._mapping  # type: ignore[union-attr]
-                out.append(node)
-                continue
-            node_id = secrets.token_hex(8)
-            if parent_row is None:
-                path, depth, pinfo = f"{node_id}/", 0, None
-            else:
-                path, depth = f"{parent_row['path']}{node_id}/", parent_row["depth"] + 1
-                pinfo = self._branch_info(conn, parent_row)
-            branch = _branch_info_for(node_id, p.type, pinfo, cfg.retrieval.branch_by)[0]
-            row = dict(
-                id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
-                type=p.type.value, content=p.content, meta=_json(p.meta), importance=p.importance,
-                confidence=p.confidence, access_count=0, pinned=p.pinned, status=Status.LIVE.value,
-                version=1, depth=depth, path=path, branch_id=branch, created_at=p.ts, updated_at=p.ts,
-                accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=_hash(p.content),
-                tokens=text.count_tokens(p.content), embedding=to_blob(vec), embed_model=self.embedder.name,
-            )
-            self.store.insert_node(conn, row)
-            self.store.index_terms(conn, ns, node_id, text.term_counts(p.content))
-            ancestors = path.rstrip("/").split("/")[:-1]
-            self.store.touch(conn, ancestors, "active_at", p.ts)
-            payload = {k: v for k, v in row.items() if k not in ("embedding",)}
-            seq = self.store.log(conn, ns, self.session, p.ts, "add", node_id, payload)
-            self.store.enqueue(conn, ns, [node_id], "upsert")
-            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
-                self._set_active(conn, node_id, p.ts, seq, log_it=False)
-                active_id = node_id
-            written.append(dict(row, embedding_vec=vec))
-            if p.key is not None:
-                by_key[p.key] = row
-            out.append(node_from_row(row))
-        return out
 
-    def _resolve_parent(
-        self, conn: Connection, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
-    ) -> RowMap | None:
-        if isinstance(ref, _Root):
-            return None
-        if ref is None:
-            if active_id is None:
-                return None
-            row = self.store.get(conn, active_id)
-            return row._mapping if row is not None and row.status == Status.LIVE.value else None
-        if isinstance(ref, str) and ref in by_key:
-            return by_key[ref]
-        try:
-            return self._row(conn, ref, live=True)._mapping
-        except NotFoundError as exc:
-            raise NotFoundError(f"unknown parent: {exc}") from None
 
-    def _branch_info(self, conn: Connection, parent: RowMap) -> tuple[str, bool]:
-        head = parent["branch_id"]
-        if head == parent["id"]:
-            return head, parent["type"] == NodeType.TASK.value
-        row = self.store.get(conn, head)
-        return head, row is not None and row.type == NodeType.TASK.value
 
-    def _find_twin(
-        self,
-        conn: Connection,
-        p: _Prepared,
-        vec: np.ndarray[Any, Any],
-        near: Sequence[tuple[str, float]],
-        branch: str,
-        written: Sequence[RowMap],
-    ) -> RowMap | None:
-        if p.type is NodeType.TASK:
-            return None  # a task heads its own branch; two tasks are never twins
-        d = self.config.dedup
-        exact = self.store.find_by_hash(conn, self.namespace, _hash(p.content), branch, p.type.value)
-        if exact is not None:
-            return exact._mapping
-        for row in written:  # earlier items of the same batch
-            if (
-                row["branch_id"] == branch
-                and row["type"] == p.type.value
-                and float(np.dot(row["embedding_vec"], vec)) >= d.cosine
-                and text.overlap(row["content"], p.content) >= d.lexical
-            ):
-                # Re-read it: an earlier merge in this batch may have reinforced it.
-                fresh = self.store.get(conn, row["id"])
-                return fresh._mapping if fresh is not None else row
-        close = [i for i, sim in near if sim >= d.cosine]
-        if not close:
-            return None
-        rows = self.store.get_many(conn, close, live_only=True)
-        for node_id, _sim in near:
-            r = rows.get(node_id)
-            if r is not None and r.branch_id == branch and r.type == p.type.value and text.overlap(r.content, p.content) >= d.lexical:
-                return r._mapping
-        return None
 
-    def _reinforce(self, conn: Connection, twin: RowMap, p: _Prepared) -> Node:
-        d = self.config.dedup
-        values = dict(
-            importance=max(twin["importance"], p.importance),
-            confidence=min(1.0, max(twin["confidence"], p.confidence) + d.confidence_step),
-            accessed_at=max(twin["accessed_at"], p.ts),
-            version=twin["version"] + 1,
-        )
-        self.store.update_node(conn, twin["id"], **values)
-        self.store.touch(conn, twin["path"].rstrip("/").split("/")[:-1], "active_at", p.ts)
-        self.store.log(conn, self.namespace, self.session, p.ts, "merge", twin["id"], dict(values, content=p.content))
-        return node_from_row(self.store.get(conn, twin["id"]), merged=True)  # type: ignore[arg-type]
+
+
+    def is_twin(self, a: str, b: str, cosine: float) -> bool:
+        """Whether two contents are near-identical by the dedup rule: their lexical
+        overlap reaches ``dedup.lexical`` and their blended similarity (the cosine
+        trusted as far as the embedder covers both texts) reaches ``dedup.similarity``."""
+        return self._writer.is_twin(a, b, cosine)
 
     def update(
         self,
@@ -531,20 +336,20 @@ class MemoryTree:
         if confidence is not None:
             values["confidence"] = check_unit(confidence, "confidence")
         if meta is not None:
-            values["meta"] = _json(check.meta(meta))
+            values["meta"] = to_json(check.meta(meta))
         if not values:
             raise InvalidInputError("update: nothing to change")
         now = self._now(ts)
         vec = self.embedder.embed([values["content"]])[0] if "content" in values else None
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True)
             if expected_version is not None and row.version != expected_version:
                 raise ConflictError(f"node {row.id} is at version {row.version}, not {expected_version}")
             changes = dict(values, version=row.version + 1, updated_at=now)
             if vec is not None:
                 changes.update(
-                    content_hash=_hash(values["content"]), tokens=text.count_tokens(values["content"]),
+                    content_hash=content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
                     embedding=to_blob(vec), embed_model=self.embedder.name,
                 )
                 self.store.unindex_terms(conn, [row.id])
@@ -572,6 +377,8 @@ class MemoryTree:
         raise its importance or confidence by the configured step, or set them."""
         self._live_check()
         f = self.config.feedback
+        if not isinstance(important, bool) or not isinstance(confirmed, bool):
+            raise InvalidTypeError("important and confirmed must be true or false")
         if importance is not None:
             importance = check_unit(importance, "importance")
         if confidence is not None:
@@ -581,7 +388,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True)
             imp = importance if importance is not None else row.importance
             conf = confidence if confidence is not None else row.confidence
             if important:
@@ -602,7 +409,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node)
+            row = self._writer.row(conn, node)
             self.store.update_node(conn, row.id, pinned=pinned, version=row.version + 1)
             self.store.log(conn, self.namespace, self.session, now, "pin", row.id, {"pinned": pinned})
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
@@ -618,23 +425,23 @@ class MemoryTree:
         mode = self.config.retrieval.branch_by
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True)
             if isinstance(new_parent, _Root):
                 parent = None
             else:
-                parent = self._row(conn, new_parent, live=True)
+                parent = self._writer.row(conn, new_parent, live=True)
                 if parent.path.startswith(row.path):
                     raise CycleError(f"cannot move {row.id} under {parent.id}: that is inside its own subtree")
             sub = sorted(self.store.subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
             new_path = f"{row.id}/" if parent is None else f"{parent.path}{row.id}/"
             info: dict[str, tuple[str, bool]] = {}
             if parent is not None:
-                info[parent.id] = self._branch_info(conn, parent._mapping)
+                info[parent.id] = self._writer.branch_info(conn, parent._mapping)
             old_prefix = row.path
             for r in sub:
                 path = new_path + r.path[len(old_prefix):]
                 pinfo = info.get(r.parent_id) if r.id != row.id else (info.get(parent.id) if parent is not None else None)
-                branch, is_task = _branch_info_for(r.id, NodeType(r.type), pinfo, mode)
+                branch, is_task = branch_info_for(r.id, NodeType(r.type), pinfo, mode)
                 info[r.id] = (branch, is_task)
                 self.store.update_node(
                     conn, r.id, path=path, depth=path.count("/") - 1, branch_id=branch,
@@ -654,17 +461,13 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True)
             seq = self.store.log(conn, self.namespace, self.session, now, "focus", row.id, {})
-            self._set_active(conn, row.id, now, seq, log_it=False)
+            self._writer.set_active(conn, row.id, now, seq)
             return node_from_row(row)
 
         return self.store.write(run)
 
-    def _set_active(self, conn: Connection, node_id: str | None, ts: float, seq: int, *, log_it: bool) -> None:
-        self.store.set_cursor(conn, self.namespace, self.session, node_id, ts)
-        if self.config.write.checkpoint_on_focus:
-            self.store.add_checkpoint(conn, self.namespace, self.session, node_id, seq, ts, "focus")
 
     def checkpoint(self, note: str | None = None) -> Checkpoint:
         """Record where this session stands: the active node and the log position."""
@@ -688,7 +491,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> list[str]:
-            row = self._row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True)
             ids = [r.id for r in self.store.subtree(conn, self.namespace, row.path, status=Status.LIVE)]
             self._archive_ids(conn, ids, row.parent_id, now, "archive", row.id)
             return ids
@@ -712,7 +515,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._row(conn, node)
+            row = self._writer.row(conn, node)
             if row.status == Status.LIVE.value:
                 return node_from_row(row)
             ancestors = self.store.get_many(conn, row.path.rstrip("/").split("/")[:-1])
@@ -740,7 +543,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> list[str]:
-            row = self._row(conn, node)
+            row = self._writer.row(conn, node)
             ids = [r.id for r in self.store.subtree(conn, self.namespace, row.path)]
             self._delete_ids(conn, ids, row.parent_id, now, row.id)
             return ids
@@ -933,7 +736,7 @@ class MemoryTree:
                 rows = sorted(self.store.subtree_all(conn, self.namespace), key=lambda r: r.depth)
                 info: dict[str, tuple[str, bool]] = {}
                 for r in rows:
-                    b = _branch_info_for(r.id, NodeType(r.type), info.get(r.parent_id) if r.parent_id else None, mode)
+                    b = branch_info_for(r.id, NodeType(r.type), info.get(r.parent_id) if r.parent_id else None, mode)
                     info[r.id] = b
                     if b[0] != r.branch_id:
                         self.store.update_node(conn, r.id, branch_id=b[0])
@@ -942,24 +745,7 @@ class MemoryTree:
         self.store.write(run)
 
 
-def _branch_info_for(node_id: str, ntype: NodeType, parent: tuple[str, bool] | None, mode: str) -> tuple[str, bool]:
-    """(branch head id, whether the head is a task) for a node whose parent has ``parent``."""
-    is_task = ntype is NodeType.TASK
-    if mode == "nearest_task":
-        if is_task:
-            return node_id, True
-        return parent if parent is not None else (node_id, False)
-    # top_task: the outermost task above; a task under no task heads its own branch.
-    if parent is None:
-        return node_id, is_task
-    if parent[1]:
-        return parent
-    return (node_id, True) if is_task else parent
 
 
-def _hash(content: str) -> str:
-    return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
 
 
-def _json(value: Mapping[str, Any]) -> str:
-    return json.dumps(dict(value), ensure_ascii=False, sort_keys=True)

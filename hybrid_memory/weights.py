@@ -14,7 +14,10 @@ def check_unit(value: object, name: str) -> float:
     """``value`` as a float in [0, 1], or a clear error. NaN, bools and strings are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidWeightError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        raise InvalidWeightError(f"{name} must be in [0, 1], got a number too large for a float") from None
     if math.isnan(x) or not 0.0 <= x <= 1.0:
         raise InvalidWeightError(f"{name} must be in [0, 1], got {value!r}")
     return x
@@ -28,6 +31,16 @@ def recency(age_s: float, half_life_s: float) -> float:
 def usage(access_count: int, scale: float) -> float:
     """Saturating reinforcement from reads: 0 for never read, towards 1 for often read."""
     return 1.0 - math.exp(-max(0, access_count) / scale)
+
+
+def blend(dense: float, lexical: float, dense_weight: float) -> float:
+    """A similarity in [0, 1] from a dense cosine and a lexical overlap.
+
+    ``dense_weight`` is how far the dense score is trusted: retrieval and dedup
+    scale it by the embedder's coverage of the text, so a language the model maps
+    to unknown tokens is judged by its words instead. Negative cosines count as 0.
+    """
+    return dense_weight * max(0.0, dense) + (1.0 - dense_weight) * lexical
 
 
 def weight(

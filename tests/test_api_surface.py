@@ -48,7 +48,7 @@ EXPECTED_ALL = [
 DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
     "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
-    "children", "path", "nodes", "close", "flush", "weight",
+    "children", "path", "nodes", "close", "flush", "weight", "is_twin",
 ]
 
 # The keyword options of each call, in order. Every one must be keyword-only.

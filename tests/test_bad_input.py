@@ -737,3 +737,54 @@ def test_input_errors_share_the_input_exit_code_and_others_do_not() -> None:
     for cls in others:
         assert not issubclass(cls, InvalidInputError)
     assert len({cls.exit_code for cls in others} | {InvalidInputError.exit_code, HybridMemoryError.exit_code}) == 8
+
+
+# -- odd values that reached Python errors instead of typed ones ----------------------
+
+
+@pytest.mark.parametrize("items", [None, "content", {"content": "x", "type": "event"}, 42])
+def test_add_many_refuses_a_non_iterable_of_mappings(open_memory, items):
+    mem = open_memory()
+    before = snapshot(mem)
+    with pytest.raises(InvalidTypeError):
+        mem.add_many(items)
+    assert snapshot(mem) == before
+
+
+def test_huge_integers_are_refused_with_typed_errors(open_memory):
+    mem = open_memory()
+    before = snapshot(mem)
+    with pytest.raises(InvalidWeightError):
+        mem.add("a memory", type="fact", importance=10**400)
+    with pytest.raises(InvalidTypeError):
+        mem.add("a memory", type="fact", ts=10**400)
+    assert snapshot(mem) == before
+
+
+def test_feedback_flags_must_be_booleans(open_memory):
+    mem = open_memory()
+    node = mem.add("a fact", type="fact")
+    before = snapshot(mem)
+    with pytest.raises(InvalidTypeError):
+        mem.feedback(node, important="yes")  # type: ignore[arg-type]
+    assert snapshot(mem) == before
+
+
+def test_weight_checks_the_memory_and_the_namespace(open_memory, tmp_path):
+    a = open_memory(namespace="a", folder=tmp_path / "shared")
+    b = open_memory(namespace="b", folder=tmp_path / "shared")
+    node = a.add("a fact of tenant a", type="fact")
+    with pytest.raises(NamespaceError):
+        b.weight(node)
+    a.close()
+    with pytest.raises(ClosedError):
+        a.weight(node)
+
+
+def test_a_bad_config_file_creates_no_folder(tmp_path, embedder):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[retrieval]\nk = 0\n")
+    folder = tmp_path / "never"
+    with pytest.raises(ConfigError):
+        MemoryTree.open(folder, config=bad, embedder=embedder)
+    assert not folder.exists()

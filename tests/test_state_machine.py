@@ -346,7 +346,7 @@ class MemoryTreeMachine(RuleBasedStateMachine):
                         event("add: merged into a near twin")
                         assert hm_text.overlap(twin.content, content) >= self.cfg_dedup.lexical - 1e-9
                         vecs = self.embedder.embed([twin.content, content])
-                        assert float(np.dot(vecs[0], vecs[1])) >= self.cfg_dedup.cosine - 1e-4
+                        assert self.mem.is_twin(twin.content, content, float(np.dot(vecs[0], vecs[1])) + 1e-4)
                     twin.version += 1
                     if "key" in item:
                         by_key[item["key"]] = node.id
