@@ -60,7 +60,7 @@ class Retriever:
         qvec = self.embedder.embed([query])[0]
         dense_mix = r.dense_share * self.embedder.coverage(query)
         try:
-            dense_hits = dict(self.index.query(self.namespace, qvec, r.candidates))
+            dense_hits = dict(self.index.query(self.namespace, qvec[None, :], r.candidates)[0])
         except Exception as exc:  # the index is derived; lexical search still answers
             log.warning("vector index unavailable, lexical retrieval only: %s", exc)
             dense_hits = {}

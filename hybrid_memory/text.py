@@ -49,7 +49,10 @@ def term_counts(text: str) -> Counter[str]:
 
 def overlap(a: str, b: str) -> float:
     """Jaccard similarity of the two texts' term sets (1.0 for two texts with no terms)."""
-    ta, tb = set(terms(a)), set(terms(b))
+    return jaccard(set(terms(a)), set(terms(b)))
+
+
+def jaccard(ta: set[str] | frozenset[str], tb: set[str] | frozenset[str]) -> float:
     if not ta and not tb:
         return 1.0
     return len(ta & tb) / len(ta | tb)

@@ -126,7 +126,7 @@ class Writer:
         # branch and type are checked against the relational truth inside the write.
         n = self.config.dedup.candidates
         try:
-            return [self.index.query(self.namespace, v, n) for v in vectors]
+            return self.index.query(self.namespace, vectors, n)
         except Exception as exc:  # the index is derived: a failure only skips dedup
             log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
             return [[] for _ in range(len(vectors))]
@@ -140,14 +140,18 @@ class Writer:
     ) -> list[Node]:
         ns, cfg = self.namespace, self.config
         by_key: dict[str, RowMap] = {}
-        written: list[dict[str, Any]] = []  # rows written earlier in this batch
+        # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
+        written: dict[tuple[str, str], list[dict[str, Any]]] = {}
         out: list[Node] = []
         active_id = self.store.get_cursor(conn, ns, self.session)
         for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
             parent_row = self._resolve_parent(conn, p.parent, by_key, active_id)
+            counts = text.term_counts(p.content)
             twin = None
             if cfg.dedup.enabled and parent_row is not None:
-                twin = self._find_twin(conn, p, vec, near, self.branch_info(conn, parent_row)[0], written)
+                branch = self.branch_info(conn, parent_row)[0]
+                earlier = written.get((branch, p.type.value), [])
+                twin = self._find_twin(conn, p, vec, set(counts), near, branch, earlier)
             if twin is not None:
                 node = self._reinforce(conn, twin, p)
                 if p.key is not None:
@@ -170,7 +174,7 @@ class Writer:
                 tokens=text.count_tokens(p.content), embedding=to_blob(vec), embed_model=self.embedder.name,
             )
             self.store.insert_node(conn, row)
-            self.store.index_terms(conn, ns, node_id, text.term_counts(p.content))
+            self.store.index_terms(conn, ns, node_id, counts)
             ancestors = path.rstrip("/").split("/")[:-1]
             self.store.touch(conn, ancestors, "active_at", p.ts)
             payload = {k: v for k, v in row.items() if k not in ("embedding",)}
@@ -179,7 +183,7 @@ class Writer:
             if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
                 self.set_active(conn, node_id, p.ts, seq)
                 active_id = node_id
-            written.append(dict(row, embedding_vec=vec))
+            written.setdefault((branch, p.type.value), []).append(dict(row, embedding_vec=vec, term_set=set(counts)))
             if p.key is not None:
                 by_key[p.key] = row
             out.append(node_from_row(row))
@@ -214,20 +218,20 @@ class Writer:
         conn: Connection,
         p: Prepared,
         vec: np.ndarray[Any, Any],
+        term_set: set[str],
         near: Sequence[tuple[str, float]],
         branch: str,
-        written: Sequence[RowMap],
+        earlier: Sequence[RowMap],
     ) -> RowMap | None:
         if p.type is NodeType.TASK:
             return None  # a task heads its own branch; two tasks are never twins
         exact = self.store.find_by_hash(conn, self.namespace, content_hash(p.content), branch, p.type.value)
         if exact is not None:
             return exact._mapping
-        for row in written:  # earlier items of the same batch
-            if (
-                row["branch_id"] == branch
-                and row["type"] == p.type.value
-                and self.is_twin(row["content"], p.content, float(np.dot(row["embedding_vec"], vec)))
+        lexical = self.config.dedup.lexical
+        for row in earlier:  # earlier items of this batch in the same branch, of the same type
+            if text.jaccard(row["term_set"], term_set) >= lexical and self.is_twin(
+                row["content"], p.content, float(np.dot(row["embedding_vec"], vec))
             ):
                 # Re-read it: an earlier merge in this batch may have reinforced it.
                 fresh = self.store.get(conn, row["id"])

@@ -26,8 +26,8 @@ class VectorIndex(Protocol):
 
     def delete(self, namespace: str, ids: Sequence[str]) -> None: ...
 
-    def query(self, namespace: str, vector: np.ndarray[Any, Any], n: int) -> list[tuple[str, float]]:
-        """Up to ``n`` (id, cosine similarity) pairs, nearest first."""
+    def query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
+        """For each row of ``vectors``: up to ``n`` (id, cosine similarity) pairs, nearest first."""
         ...
 
     def ids(self, namespace: str) -> set[str]: ...
@@ -117,17 +117,19 @@ class ChromaIndex:
             for i in range(0, len(ids), 4000):
                 col.delete(ids=list(ids[i : i + 4000]))
 
-    def query(self, namespace: str, vector: np.ndarray[Any, Any], n: int) -> list[tuple[str, float]]:
+    def query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
+        matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if n <= 0 or not len(matrix):
+            return [[] for _ in range(len(matrix))]
         with self._locked(False):
             col = self._collection(namespace)
-            if n <= 0:
-                return []
-            res = col.query(
-                query_embeddings=[np.asarray(vector, dtype=np.float32)], n_results=n, include=["distances"]
-            )
-        ids = res["ids"][0] if res["ids"] else []
-        dists = res["distances"][0] if res["distances"] else []
-        return [(i, 1.0 - float(d)) for i, d in zip(ids, dists, strict=True)]
+            res = col.query(query_embeddings=matrix, n_results=n, include=["distances"])
+        ids = res["ids"] or [[] for _ in range(len(matrix))]
+        dists = res["distances"] or [[] for _ in range(len(matrix))]
+        return [
+            [(i, 1.0 - float(d)) for i, d in zip(row_ids, row_d, strict=True)]
+            for row_ids, row_d in zip(ids, dists, strict=True)
+        ]
 
     def ids(self, namespace: str) -> set[str]:
         with self._locked(False):
