@@ -24,6 +24,7 @@ from .errors import (
 from .model import (
     BranchScore,
     Checkpoint,
+    Drift,
     ForgetReport,
     Node,
     NodeType,
@@ -49,6 +50,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "CycleError",
+    "Drift",
     "Embedder",
     "ForgetReport",
     "HybridMemoryError",

@@ -9,16 +9,21 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
+from datetime import datetime
 from typing import Any
 
-from .errors import HybridMemoryError
-from .model import Node, tree_order
+from .errors import HybridMemoryError, InvalidInputError
+from .model import Drift, Node, tree_order
+from .portability import describe, recent_ops
 from .tree import MemoryTree
 from .writing import ROOT
 
 
 def _open(args: argparse.Namespace) -> MemoryTree:
-    return MemoryTree.open(args.path, namespace=args.namespace, session=args.session, config=args.config)
+    return MemoryTree.open(
+        args.path, namespace=args.namespace, session=args.session, config=args.config,
+        store=args.db_url or None, chroma_url=args.chroma_url or None,
+    )
 
 
 def _short(node_id: str) -> str:
@@ -186,6 +191,161 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- portability: export, import, restore, log ---------------------------------------------
+
+
+def _parse_when(value: str) -> float:
+    """Seconds since the epoch, or an ISO date-time (local time when it has no zone)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise InvalidInputError(f"--as-of takes seconds since the epoch or an ISO date-time, got {value!r}") from None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        t = mem.export(args.file, include_log=args.include_log)
+    if args.json:
+        _print_json(t)
+    else:
+        log = f", {t.ops} log entries" if args.include_log else ""
+        print(f"exported {t.nodes} nodes, {t.cursors} cursors, {t.checkpoints} checkpoints{log} to {t.path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        t = mem.import_(args.file)
+    if args.json:
+        _print_json(t)
+    else:
+        again = f" ({t.reembedded} embedded again)" if t.reembedded else ""
+        print(f"imported {t.nodes} nodes{again}, {t.cursors} cursors, {t.checkpoints} checkpoints, "
+              f"{t.ops} log entries from {t.path}")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    as_of = _parse_when(args.as_of) if args.as_of is not None else None
+    with _open(args) as mem:
+        if args.node is not None:
+            if args.seq is not None or as_of is not None:
+                raise InvalidInputError("restore: give a node, --seq or --as-of, not several")
+            node = mem.restore(_resolve(mem, args.node))
+            if args.json:
+                _print_json(node)
+            else:
+                print(f"restored {node.id} [{node.type.value}] {_clip(node.content)}")
+            return 0
+        r = mem.restore(seq=args.seq, as_of=as_of)
+    if args.json:
+        _print_json(r)
+        return 0
+    print(f"restored the memory to log #{r.seq} (it was at #{r.previous_seq}): {len(r.changed)} changed, "
+          f"{len(r.added)} brought back, {len(r.removed)} removed")
+    if r.erased:
+        print(f"{len(r.erased)} node(s) erased since stay gone: " + ", ".join(_short(i) for i in r.erased[:10]))
+    print(f"undo with: restore --seq {r.previous_seq}")
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        ops = recent_ops(mem, args.limit)
+    if args.json:
+        _print_json([dict(seq=o.seq, session=o.session, ts=o.ts, op=o.op, node_id=o.node_id,
+                          payload=o.payload, summary=describe(o)) for o in ops])
+        return 0
+    if not ops:
+        print("(no operations)")
+    for o in ops:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.ts))
+        print(f"#{o.seq:<6} {when}  {o.op:<11} {_short(o.node_id) if o.node_id else '-':<8}  {describe(o)}")
+    return 0
+
+
+def _add_portability_commands(sub: Any) -> None:
+    e = sub.add_parser("export", help="write a portable snapshot file",
+                       description="Write the namespace as JSON Lines: nodes with their embeddings, "
+                                   "cursors, checkpoints and (with --include-log) the operation log.")
+    e.add_argument("file", metavar="PATH", help="the file to write (replaced atomically)")
+    e.add_argument("--include-log", action="store_true", help="also write the operation log")
+    e.set_defaults(func=cmd_export)
+
+    i = sub.add_parser("import", help="load a snapshot into an empty memory",
+                       description="Load a file written by export into this namespace, which must be empty; "
+                                   "every line is checked first, then one transaction writes it all.")
+    i.add_argument("file", metavar="PATH", help="a file written by export")
+    i.set_defaults(func=cmd_import)
+
+    r = sub.add_parser("restore", help="restore an archived node, or travel back in time",
+                       description="With NODE: bring an archived node back. With --seq or --as-of: bring the "
+                                   "whole memory back to that point of its operation log (erased nodes stay gone).")
+    r.add_argument("node", nargs="?", help="archived node id or unique prefix")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--seq", type=int, default=None, help="operation-log position to go back to (see: log)")
+    g.add_argument("--as-of", default=None, help="a time: seconds since the epoch or an ISO date-time")
+    r.set_defaults(func=cmd_restore)
+
+    lg = sub.add_parser("log", help="recent operations",
+                        description="Print the most recent operations: position, time, operation, node, summary.")
+    lg.add_argument("-n", dest="limit", type=int, default=20, help="how many operations (default 20)")
+    lg.set_defaults(func=cmd_log)
+
+
+def _print_drift(drift: Drift, *, verb: str) -> None:
+    print(f"missing vectors      {len(drift.missing)}")
+    print(f"vectors of archived or deleted nodes  {len(drift.extra)}")
+    print(f"stale vectors        {len(drift.stale)}")
+    print(f"pending index work   {drift.pending}")
+    print(f"corrupt log entries  {len(drift.corrupt_log)}")
+    print(verb)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        drift = mem.verify()
+        if args.json:
+            _print_json(drift)
+        else:
+            _print_drift(drift, verb="the index matches the store" if drift.clean else "drift found: run repair")
+    return 0 if drift.clean else 1
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        drift = mem.repair()
+        after = mem.verify()
+        if args.json:
+            _print_json({"found": drift, "clean_after": after.clean})
+        else:
+            _print_drift(drift, verb="repaired" if after.clean else "still drifting: run reindex")
+    return 0 if after.clean else 1
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    with _open(args) as mem:
+        written = mem.reindex(progress=sys.stderr.isatty())
+        print(f"reindexed {written} live nodes")
+    return 0
+
+
+def _add_index_commands(sub: Any) -> None:
+    v = sub.add_parser("verify", help="compare the vector index with the store",
+                       description="Report drift between the vector index and the relational store (exit 1 on drift).")
+    v.set_defaults(func=cmd_verify)
+    rp = sub.add_parser("repair", help="make the vector index match the store",
+                        description="Replay pending index work, fix missing, stale and extra vectors, mark corrupt log entries.")
+    rp.set_defaults(func=cmd_repair)
+    ri = sub.add_parser("reindex", help="rebuild the vector index from the store",
+                        description="Drop this namespace's vectors and rebuild them from the stored embeddings.")
+    ri.set_defaults(func=cmd_reindex)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hybrid-memory",
@@ -197,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tenant namespace (default: $HYBRID_MEMORY_NAMESPACE or 'default')")
     p.add_argument("--session", default="main", help="agent session whose active node is used")
     p.add_argument("--config", default=None, help="a TOML file merged over configs/default.toml")
+    p.add_argument("--db-url", default=os.environ.get("HYBRID_MEMORY_DB_URL"),
+                   help="SQLAlchemy URL of the relational store instead of memory.db in --path "
+                        "(default: $HYBRID_MEMORY_DB_URL)")
+    p.add_argument("--chroma-url", default=os.environ.get("HYBRID_MEMORY_CHROMA_URL"),
+                   help="Chroma server, e.g. http://127.0.0.1:8000, instead of chroma/ in --path "
+                        "(default: $HYBRID_MEMORY_CHROMA_URL)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -246,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="record where the session stands", description="Write a checkpoint.")
     c.add_argument("--note")
     c.set_defaults(func=cmd_checkpoint)
+    _add_portability_commands(sub)  # portability
+    _add_index_commands(sub)
     return p
 
 

@@ -156,6 +156,29 @@ class RecoveryState:
     #: Index operations left over by a crash and replayed at open.
     replayed: int
     live_nodes: int
+    #: What the open found wrong and could not fix by itself (a missing index
+    #: folder, a corrupt log entry, an unreachable index). ``repair()`` fixes them.
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How far the vector index is from the relational truth (``verify()``)."""
+
+    #: Live nodes without a vector.
+    missing: tuple[str, ...] = ()
+    #: Vectors of nodes that are archived or gone.
+    extra: tuple[str, ...] = ()
+    #: Vectors that differ from the node's stored embedding (a lost content update).
+    stale: tuple[str, ...] = ()
+    #: Index operations committed but not yet applied.
+    pending: int = 0
+    #: Operation-log entries whose payload cannot be read.
+    corrupt_log: tuple[int, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.extra or self.stale or self.pending or self.corrupt_log)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,34 @@
-"""Healing the derived vector index from the relational truth."""
+"""Healing the derived vector index from the relational truth: the outbox drain run
+after every write and at open, ``verify``, ``repair`` and ``reindex``."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
+from .model import Drift
 from .store.sql import SqlStore
 from .store.vectors import VectorIndex
 
 log = logging.getLogger("hybrid_memory")
 
+#: A test hook called at named points of the write path (``"before_index"``,
+#: ``"after_index"``, ``"add_many_item"``); it raises to simulate a crash there.
+FaultHook = Callable[[str], None]
 
-def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str) -> int:
+_STALE_TOLERANCE = 1e-4
+_CHUNK = 2000
+
+
+def _no_fault(_point: str) -> None:
+    return None
+
+
+def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook = _no_fault) -> int:
     """Apply pending index work (idempotent upserts and deletes) and clear it.
 
     Returns how many outbox rows were applied. If the index fails, the rows stay
@@ -32,6 +48,7 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str) -> int:
         vectors = store.embeddings(conn, list(live))
     upserts = [i for i in wanted if i in vectors]
     deletes = [i for i in last if i not in vectors]
+    fault("before_index")
     try:
         if upserts:
             index.upsert(namespace, upserts, np.stack([vectors[i] for i in upserts]))
@@ -40,6 +57,100 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str) -> int:
     except Exception as exc:  # any index failure: keep the outbox for the next drain
         log.warning("vector index update deferred (%d pending): %s", len(rows), exc)
         return 0
+    fault("after_index")
     seqs = [r.seq for r in rows]
     store.write(lambda conn: store.clear_outbox(conn, seqs))
     return len(rows)
+
+
+def _live_embeddings(store: SqlStore, namespace: str) -> Iterator[tuple[list[str], np.ndarray[Any, Any]]]:
+    with store.reading() as conn:
+        ids = store.live_ids(conn, namespace)
+    for i in range(0, len(ids), _CHUNK):
+        chunk = ids[i : i + _CHUNK]
+        with store.reading() as conn:
+            vectors = store.embeddings(conn, chunk)
+        present = [j for j in chunk if j in vectors]
+        if present:
+            yield present, np.stack([vectors[j] for j in present])
+
+
+def corrupt_log_entries(store: SqlStore, namespace: str, *, last_only: bool = False) -> list[int]:
+    """Sequence numbers of operation-log entries whose payload is not a JSON object."""
+    with store.reading() as conn:
+        rows = store.log_payloads(conn, namespace, last_only=last_only)
+    bad = []
+    for seq, payload in rows:
+        try:
+            ok = isinstance(json.loads(payload), dict)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            bad.append(seq)
+    return bad
+
+
+def verify(store: SqlStore, index: VectorIndex, namespace: str) -> Drift:
+    """Compare the vector index with the relational truth, changing nothing."""
+    indexed = index.ids(namespace)
+    live: set[str] = set()
+    missing: list[str] = []
+    stale: list[str] = []
+    for ids, stored in _live_embeddings(store, namespace):
+        live.update(ids)
+        have = index.vectors(namespace, [i for i in ids if i in indexed])
+        for node_id, vec in zip(ids, stored, strict=True):
+            if node_id not in have:
+                missing.append(node_id)
+            elif float(np.max(np.abs(have[node_id] - vec))) > _STALE_TOLERANCE:
+                stale.append(node_id)
+    with store.reading() as conn:
+        pending = len(store.pending(conn, namespace))
+    return Drift(
+        missing=tuple(missing),
+        extra=tuple(sorted(indexed - live)),
+        stale=tuple(stale),
+        pending=pending,
+        corrupt_log=tuple(corrupt_log_entries(store, namespace)),
+    )
+
+
+def repair(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook = _no_fault) -> Drift:
+    """Make the index match the relational truth; returns the drift that was found."""
+    drain_outbox(store, index, namespace, fault)
+    drift = verify(store, index, namespace)
+    fix = list(drift.missing) + list(drift.stale)
+    if fix:
+        with store.reading() as conn:
+            vectors = store.embeddings(conn, fix)
+        for i in range(0, len(fix), _CHUNK):
+            chunk = fix[i : i + _CHUNK]
+            index.upsert(namespace, chunk, np.stack([vectors[j] for j in chunk]))
+    if drift.extra:
+        index.delete(namespace, list(drift.extra))
+    if drift.corrupt_log:
+        bad = list(drift.corrupt_log)
+        store.write(lambda conn: store.mark_corrupt(conn, bad))
+    return drift
+
+
+def reindex(
+    store: SqlStore, index: VectorIndex, namespace: str, *, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """Rebuild the namespace's index from the stored embeddings. Returns the vectors written."""
+    drain_outbox(store, index, namespace)
+    stale = sorted(index.ids(namespace))
+    for i in range(0, len(stale), _CHUNK):
+        index.delete(namespace, stale[i : i + _CHUNK])
+    with store.reading() as conn:
+        total = store.live_count(conn, namespace)
+    done = 0
+    for ids, vectors in _live_embeddings(store, namespace):
+        index.upsert(namespace, ids, vectors)
+        done += len(ids)
+        if progress is not None:
+            progress(done, total)
+    return done
+
+
+__all__: Sequence[str] = ["corrupt_log_entries", "drain_outbox", "reindex", "repair", "verify"]

@@ -58,6 +58,12 @@ def jaccard(ta: set[str] | frozenset[str], tb: set[str] | frozenset[str]) -> flo
     return len(ta & tb) / len(ta | tb)
 
 
+def figures(text: str) -> frozenset[str]:
+    """The terms that hold a digit: amounts, dates, ids. Two memories that differ in
+    one are different memories, however alike the rest reads."""
+    return frozenset(t for t in terms(text) if any(ch.isdigit() for ch in t))
+
+
 def count_tokens(text: str) -> int:
     """An estimate of an LLM tokenizer's count: one per CJK character or punctuation
     mark, one per four characters of a Latin word (at least one)."""

@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
-from . import text
+from . import portability, text
 from .config import Config
 from .embed import Embedder, SentenceTransformerEmbedder
 from .errors import (
@@ -28,6 +28,7 @@ from .errors import (
 from .forgetting import plan_forget
 from .model import (
     Checkpoint,
+    Drift,
     ForgetReport,
     Node,
     NodeType,
@@ -37,7 +38,7 @@ from .model import (
     Status,
     tree_order,
 )
-from .recovery import drain_outbox
+from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
 from .retrieval import Retriever
 from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
@@ -92,8 +93,39 @@ class MemoryTree:
             store=store, index=index, embedder=embedder, config=self.config,
             namespace=self.namespace, session=self.session, clock=clock,
         )
+        #: Test hook: called at named points of the write path; raising there
+        #: simulates a crash between the relational commit and the index write.
+        self._fault_hook: FaultHook | None = None
+        self._writer.fault = self._fault
         self._check_branch_mode()
         self._replayed = drain_outbox(store, index, self.namespace)
+        self._problems = self._open_problems()
+
+    def _fault(self, point: str) -> None:
+        if self._fault_hook is not None:
+            self._fault_hook(point)
+
+    def _open_problems(self) -> tuple[str, ...]:
+        """What is wrong and was not healed by the open's outbox drain."""
+        problems = []
+        with self.store.reading() as conn:
+            pending = len(self.store.pending(conn, self.namespace))
+            sample = self.store.live_ids(conn, self.namespace)[:1]
+            vectors = self.store.embeddings(conn, sample)
+        if pending:
+            problems.append(f"the vector index is unreachable: {pending} index operations are pending")
+        elif sample:
+            try:
+                if not self.index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]:
+                    problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
+            except Exception as exc:  # the index is derived: report, keep serving from the store
+                problems.append(f"the vector index cannot be read ({exc}): run reindex()")
+        bad = corrupt_log_entries(self.store, self.namespace, last_only=True)
+        if bad:
+            problems.append(f"operation-log entry #{bad[0]} is corrupt: run repair()")
+        for p in problems:
+            log.warning("%s (namespace %r)", p, self.namespace)
+        return tuple(problems)
 
     @classmethod
     def open(
@@ -107,6 +139,7 @@ class MemoryTree:
         index: VectorIndex | None = None,
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
+        chroma_url: str | None = None,
     ) -> MemoryTree:
         """Create or reopen a memory.
 
@@ -114,11 +147,24 @@ class MemoryTree:
         may instead be a SQLAlchemy URL or a :class:`SqlStore`; ``index`` any
         :class:`VectorIndex`; ``embedder`` any :class:`Embedder`. Leftover index work
         from a crash is replayed before this returns (see :meth:`recover`).
+
+        ``chroma_url`` (e.g. ``"http://127.0.0.1:8000"``) keeps the vectors on a Chroma
+        server (:meth:`ChromaIndex.server`) instead of ``chroma/`` in the folder; give
+        it or ``index``, not both. The server is reached on first use: while it is
+        down, writes still commit and their index work waits in the outbox until a
+        later write or open drains it.
         """
         check.namespace(namespace)  # before anything is created on disk
         check.namespace(session)
+        if index is not None and chroma_url is not None:
+            raise InvalidInputError("give index or chroma_url, not both")
+        if chroma_url is not None:  # Chroma server
+            try:
+                index = ChromaIndex.server(chroma_url)
+            except ValueError as exc:
+                raise InvalidInputError(str(exc)) from None
         if path is None and (store is None or index is None):
-            raise InvalidInputError("give a folder path, or both store and index")
+            raise InvalidInputError("give a folder path, or both store and index (or chroma_url)")
         folder = Path(path) if path is not None else None
         if not isinstance(config, Config):
             config = Config.load(None if config is None else Path(config))
@@ -175,6 +221,9 @@ class MemoryTree:
         def run(conn: Connection) -> T:
             if self._pending_access:
                 self.store.add_access(conn, self._pending_access)
+                # portability: reads are logged too, so that replay counts them.
+                self.store.log(conn, self.namespace, self.session, self._clock(), "access", None,
+                               portability.access_payload(self._pending_access))
             return fn(conn)
 
         result = self.store.write(run)
@@ -306,9 +355,10 @@ class MemoryTree:
 
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
-        """Whether two contents are near-identical by the dedup rule: their lexical
-        overlap reaches ``dedup.lexical`` and their blended similarity (the cosine
-        trusted as far as the embedder covers both texts) reaches ``dedup.similarity``."""
+        """Whether two contents are near-identical by the dedup rule: they hold the same
+        figures (numbers, dates, ids), their lexical overlap reaches ``dedup.lexical``
+        and their blended similarity (the cosine trusted as far as the embedder covers
+        both texts) reaches ``dedup.similarity``."""
         return self._writer.is_twin(a, b, cosine)
 
     def update(
@@ -343,7 +393,7 @@ class MemoryTree:
         vec = self.embedder.embed([values["content"]])[0] if "content" in values else None
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True, lock=True)
             if expected_version is not None and row.version != expected_version:
                 raise ConflictError(f"node {row.id} is at version {row.version}, not {expected_version}")
             changes = dict(values, version=row.version + 1, updated_at=now)
@@ -388,7 +438,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True, lock=True)
             imp = importance if importance is not None else row.importance
             conf = confidence if confidence is not None else row.confidence
             if important:
@@ -409,7 +459,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node)
+            row = self._writer.row(conn, node, lock=True)
             self.store.update_node(conn, row.id, pinned=pinned, version=row.version + 1)
             self.store.log(conn, self.namespace, self.session, now, "pin", row.id, {"pinned": pinned})
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
@@ -425,14 +475,14 @@ class MemoryTree:
         mode = self.config.retrieval.branch_by
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True, ancestors=True)
             if isinstance(new_parent, _Root):
                 parent = None
             else:
-                parent = self._writer.row(conn, new_parent, live=True)
+                parent = self._writer.row(conn, new_parent, live=True, ancestors=True)
                 if parent.path.startswith(row.path):
                     raise CycleError(f"cannot move {row.id} under {parent.id}: that is inside its own subtree")
-            sub = sorted(self.store.subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
+            sub = sorted(self.store.lock_subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
             new_path = f"{row.id}/" if parent is None else f"{parent.path}{row.id}/"
             info: dict[str, tuple[str, bool]] = {}
             if parent is not None:
@@ -449,7 +499,8 @@ class MemoryTree:
                 )
             if parent is not None:
                 self.store.touch(conn, parent.path.rstrip("/").split("/"), "active_at", now)
-            self.store.log(conn, self.namespace, self.session, now, "move", row.id, {"parent": None if parent is None else parent.id})
+            self.store.log(conn, self.namespace, self.session, now, "move", row.id,
+                           {"parent": None if parent is None else parent.id, "branch_by": mode})  # portability: replay regroups
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
         return self.store.write(run)
@@ -461,7 +512,7 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node, live=True)
+            row = self._writer.row(conn, node, live=True, lock=True)
             seq = self.store.log(conn, self.namespace, self.session, now, "focus", row.id, {})
             self._writer.set_active(conn, row.id, now, seq)
             return node_from_row(row)
@@ -491,8 +542,8 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> list[str]:
-            row = self._writer.row(conn, node, live=True)
-            ids = [r.id for r in self.store.subtree(conn, self.namespace, row.path, status=Status.LIVE)]
+            row = self._writer.row(conn, node, live=True, ancestors=True)
+            ids = [r.id for r in self.store.lock_subtree(conn, self.namespace, row.path) if r.status == Status.LIVE.value]
             self._archive_ids(conn, ids, row.parent_id, now, "archive", row.id)
             return ids
 
@@ -509,20 +560,57 @@ class MemoryTree:
         self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
         return seq
 
-    def restore(self, node: NodeRef) -> Node:
-        """Bring an archived node back, with its archived ancestors and what was archived with it."""
+    # -- portability: time travel, export, import (logic in portability.py) --------
+
+    @overload
+    def restore(self, node: NodeRef) -> Node: ...
+
+    @overload
+    def restore(self, node: None = None, *, seq: int | None = None, as_of: float | None = None) -> portability.TimeTravel: ...
+
+    def restore(
+        self, node: NodeRef | None = None, *, seq: int | None = None, as_of: float | None = None
+    ) -> Node | portability.TimeTravel:
+        """Bring an archived node back, with its archived ancestors and what was archived with it.
+
+        With ``seq`` (a log position) or ``as_of`` (a time) instead of a node: bring
+        the whole memory back to that point of its operation log (time travel; see
+        :mod:`hybrid_memory.portability`). Nodes erased by ``delete`` since stay gone.
+        """
         self._live_check()
+        if sum(x is not None for x in (node, seq, as_of)) != 1:
+            raise InvalidInputError("restore: give exactly one of a node, seq= or as_of=")
+        if node is None:
+            return portability.time_travel(self, seq=seq, as_of=as_of)
+        return self._restore_node(node)
+
+    def export(self, path: str | os.PathLike[str], *, include_log: bool = False) -> portability.Transfer:
+        """Write this namespace to ``path`` as a portable JSON Lines snapshot: nodes
+        (with their embeddings), cursors, checkpoints and, with ``include_log``, the
+        operation log. Written atomically."""
+        self._live_check()
+        return portability.export(self, path, include_log=include_log)
+
+    def import_(self, path: str | os.PathLike[str]) -> portability.Transfer:
+        """Load a snapshot written by :meth:`export` into this memory, which must be
+        empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
+        self._live_check()
+        return portability.import_(self, path)
+
+    # -- end portability ------------------------------------------------------------
+
+    def _restore_node(self, node: NodeRef) -> Node:
         now = self._clock()
 
         def run(conn: Connection) -> Node:
-            row = self._writer.row(conn, node)
+            row = self._writer.row(conn, node, ancestors=True)
             if row.status == Status.LIVE.value:
                 return node_from_row(row)
             ancestors = self.store.get_many(conn, row.path.rstrip("/").split("/")[:-1])
             ids = [a.id for a in ancestors.values() if a.status != Status.LIVE.value]
             ids += [
-                r.id for r in self.store.subtree(conn, self.namespace, row.path, status=Status.ARCHIVED)
-                if r.id == row.id or r.archived_op == row.archived_op
+                r.id for r in self.store.lock_subtree(conn, self.namespace, row.path)
+                if r.status == Status.ARCHIVED.value and (r.id == row.id or r.archived_op == row.archived_op)
             ]
             for node_id in ids:
                 self.store.update_node(conn, node_id, status=Status.LIVE.value, archived_op=None)
@@ -543,8 +631,8 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> list[str]:
-            row = self._writer.row(conn, node)
-            ids = [r.id for r in self.store.subtree(conn, self.namespace, row.path)]
+            row = self._writer.row(conn, node, ancestors=True)
+            ids = [r.id for r in self.store.lock_subtree(conn, self.namespace, row.path)]
             self._delete_ids(conn, ids, row.parent_id, now, row.id)
             return ids
 
@@ -553,11 +641,13 @@ class MemoryTree:
         return ids
 
     def _delete_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, head: str | None) -> None:
+        # portability: what replay needs of the purged entries, without what they said.
+        skeletons = portability.skeletons(conn, self.namespace, ids)
         self.store.purge_log(conn, ids)
         self.store.delete_nodes(conn, ids)
         self.store.enqueue(conn, self.namespace, ids, "delete")
         self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
-        self.store.log(conn, self.namespace, self.session, now, "delete", head, {"ids": list(ids)})
+        self.store.log(conn, self.namespace, self.session, now, "delete", head, {"ids": list(ids), "skeletons": skeletons})
         for pid in self._pending_access.copy():
             if pid in ids:
                 del self._pending_access[pid]
@@ -587,7 +677,7 @@ class MemoryTree:
         at = self._now(now)
 
         def run(conn: Connection) -> ForgetReport:
-            rows = self.store.live_rows(conn, self.namespace)
+            rows = self.store.lock_live_rows(conn, self.namespace)
             active = self.store.get_cursor(conn, self.namespace, self.session)
             protected: set[str] = set()
             if active:
@@ -672,7 +762,43 @@ class MemoryTree:
     # -- recovery and observation ---------------------------------------------------
 
     def _drain(self) -> None:
-        drain_outbox(self.store, self.index, self.namespace)
+        drain_outbox(self.store, self.index, self.namespace, self._fault)
+
+    def verify(self) -> Drift:
+        """Compare the vector index with the relational truth (changes nothing)."""
+        self._live_check()
+        return verify(self.store, self.index, self.namespace)
+
+    def repair(self) -> Drift:
+        """Replay pending index work, then make the index match the relational truth
+        and mark unreadable log entries. Returns the drift that was found."""
+        self._live_check()
+        drift = repair(self.store, self.index, self.namespace, self._fault)
+        self._problems = self._open_problems()
+        return drift
+
+    def reindex(self, *, progress: bool = False) -> int:
+        """Rebuild this namespace's vector index from the stored embeddings.
+        Returns the number of vectors written; ``progress`` shows a bar."""
+        self._live_check()
+        bar: Any = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=0, unit="node", desc="reindex")
+
+        def report(done: int, total: int) -> None:
+            if bar is not None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+        try:
+            written = reindex(self.store, self.index, self.namespace, progress=report)
+        finally:
+            if bar is not None:
+                bar.close()
+        self._problems = self._open_problems()
+        return written
 
     def recover(self) -> RecoveryState:
         """Where this session stands: the active node, its path, the latest task
@@ -695,7 +821,7 @@ class MemoryTree:
             last = self.store.last_checkpoint(conn, self.namespace, self.session)
             live = self.store.live_count(conn, self.namespace)
         return RecoveryState(active=active, path=path, state=state, last_checkpoint=last,
-                             replayed=self._replayed, live_nodes=live)
+                             replayed=self._replayed, live_nodes=live, problems=self._problems)
 
     def stats(self) -> Stats:
         """Sizes and shape of the memory, for a dashboard or the command line."""
@@ -740,6 +866,8 @@ class MemoryTree:
                     info[r.id] = b
                     if b[0] != r.branch_id:
                         self.store.update_node(conn, r.id, branch_id=b[0])
+                # portability: logged, so that replay regroups the same way.
+                self.store.log(conn, self.namespace, self.session, self._clock(), "branch_mode", None, {"mode": mode})
             self.store.set_setting(conn, key, mode)
 
         self.store.write(run)

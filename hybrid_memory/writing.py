@@ -85,6 +85,8 @@ class Writer:
         self.namespace = namespace
         self.session = session
         self._clock = clock
+        #: Called after each node a batch writes (a fault-injection point for tests).
+        self.fault: Callable[[str], None] = lambda _point: None
 
     def prepare(self, item: Mapping[str, Any], i: int) -> Prepared:
         if not isinstance(item, Mapping):
@@ -178,8 +180,11 @@ class Writer:
             ancestors = path.rstrip("/").split("/")[:-1]
             self.store.touch(conn, ancestors, "active_at", p.ts)
             payload = {k: v for k, v in row.items() if k not in ("embedding",)}
+            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
+                payload["focus"] = True  # portability: replay moves the cursor too
             seq = self.store.log(conn, ns, self.session, p.ts, "add", node_id, payload)
             self.store.enqueue(conn, ns, [node_id], "upsert")
+            self.fault("add_many_item")
             if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
                 self.set_active(conn, node_id, p.ts, seq)
                 active_id = node_id
@@ -197,12 +202,12 @@ class Writer:
         if ref is None:
             if active_id is None:
                 return None
-            row = self.store.get(conn, active_id)
+            row = self.store.lock_path(conn, active_id)  # locked: see SqlStore.lock_path
             return row._mapping if row is not None and row.status == Status.LIVE.value else None
         if isinstance(ref, str) and ref in by_key:
             return by_key[ref]
         try:
-            return self.row(conn, ref, live=True)._mapping
+            return self.row(conn, ref, live=True, ancestors=True)._mapping
         except NotFoundError as exc:
             raise NotFoundError(f"unknown parent: {exc}") from None
 
@@ -249,13 +254,15 @@ class Writer:
         trusted as far as the embedder covers both texts) reaches ``dedup.similarity``."""
         d = self.config.dedup
         overlap = text.overlap(a, b)
-        if overlap < d.lexical:
+        if overlap < d.lexical or text.figures(a) != text.figures(b):
             return False
         coverage = min(self.embedder.coverage(a), self.embedder.coverage(b))
         return blend(cosine, overlap, coverage) >= d.similarity
 
     def _reinforce(self, conn: Connection, twin: RowMap, p: Prepared) -> Node:
         d = self.config.dedup
+        fresh = self.store.get(conn, twin["id"], lock=True)  # what is raised below is read here
+        twin = twin if fresh is None else fresh._mapping
         values = dict(
             importance=max(twin["importance"], p.importance),
             confidence=min(1.0, max(twin["confidence"], p.confidence) + d.confidence_step),
@@ -272,7 +279,13 @@ class Writer:
         if self.config.write.checkpoint_on_focus:
             self.store.add_checkpoint(conn, self.namespace, self.session, node_id, seq, ts, "focus")
 
-    def row(self, conn: Connection, ref: object, *, live: bool = False) -> Row[Any]:
+    def row(
+        self, conn: Connection, ref: object, *, live: bool = False, lock: bool = False, ancestors: bool = False
+    ) -> Row[Any]:
+        """The row ``ref`` names, checked to be of this namespace (and ``live``).
+        In a write: ``lock`` locks it until commit (a write that depends on what it
+        reads); ``ancestors`` locks its ancestors too, root first (a write that hangs
+        something under it or moves it). Both are no-ops on SQLite."""
         if isinstance(ref, Node):
             if ref.namespace != self.namespace:
                 raise NamespaceError(f"node {ref.id} belongs to namespace {ref.namespace!r}, not {self.namespace!r}")
@@ -281,7 +294,7 @@ class Writer:
             node_id = ref
         else:
             raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
-        row = self.store.get(conn, node_id)
+        row = self.store.lock_path(conn, node_id) if ancestors else self.store.get(conn, node_id, lock=lock)
         if row is None:
             raise NotFoundError(f"no node {node_id!r}")
         if row.namespace != self.namespace:

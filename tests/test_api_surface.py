@@ -20,6 +20,7 @@ EXPECTED_ALL = [
     "ConfigError",
     "ConflictError",
     "CycleError",
+    "Drift",
     "Embedder",
     "ForgetReport",
     "HybridMemoryError",
@@ -49,6 +50,8 @@ DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
     "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
     "children", "path", "nodes", "close", "flush", "weight", "is_twin",
+    "verify", "repair", "reindex",
+    "export", "import_",  # portability
 ]
 
 # The keyword options of each call, in order. Every one must be keyword-only.
@@ -58,7 +61,9 @@ KEYWORD_OPTIONS = {
     "forget": ([], ["threshold", "max_nodes", "delete", "dry_run", "now"]),
     "update": (["node"], ["content", "importance", "confidence", "meta", "expected_version", "ts"]),
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
-    "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock"]),
+    "restore": (["node"], ["seq", "as_of"]),  # portability: time travel
+    "export": (["path"], ["include_log"]),  # portability
+    "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url"]),
 }
 
 

@@ -106,3 +106,21 @@ def test_cli_as_a_process(tmp_path: Path) -> None:
     )
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)["by_type"] == {"preference": 1}
+
+
+def test_verify_repair_reindex(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    assert run(capsys, folder, "add", "Support ticket: printer offline", "-t", "task")[0] == 0
+    assert run(capsys, folder, "add", "Technician booked for Monday", "-t", "event")[0] == 0
+    code, out, _ = run(capsys, folder, "verify")
+    assert code == 0 and "matches" in out
+    with MemoryTree.open(folder, namespace="cli") as mem:
+        lost = [n.id for n in mem.nodes()][:1]
+        mem.index.delete("cli", lost)
+    code, out, _ = run(capsys, folder, "verify")
+    assert code == 1 and "missing vectors      1" in out
+    code, out, _ = run(capsys, folder, "repair")
+    assert code == 0 and "repaired" in out
+    code, out, _ = run(capsys, folder, "reindex")
+    assert code == 0 and "reindexed 2 live nodes" in out
+    assert run(capsys, folder, "verify")[0] == 0

@@ -227,3 +227,15 @@ def test_add_many_merges_into_an_existing_node(mem):
     assert [n.id for n in out] == [first.id, first.id] and all(n.merged for n in out)
     assert snapshot(mem) == before
     assert mem.get(first).confidence == pytest.approx(first.confidence + 2 * mem.config.dedup.confidence_step)
+
+
+def test_memories_that_differ_in_a_figure_never_merge(mem):
+    """Found by the multi-writer test: one term in seven differs, the embeddings are
+    almost equal, yet 'batch 49' is not 'batch 7'."""
+    first = mem.add("writer 1 note 1: batch 7 shipped", type="event")
+    second = mem.add("writer 1 note 7: batch 49 shipped", type="event")
+    assert text.overlap(first.content, second.content) >= mem.config.dedup.lexical
+    assert not second.merged and second.id != first.id
+    third = mem.add("报销金额 5000 元，已提交", type="fact")
+    fourth = mem.add("报销金额 3000 元，已提交", type="fact")
+    assert not fourth.merged and fourth.id != third.id

@@ -4,7 +4,10 @@ It is the source of truth. Every mutation runs in one short write transaction
 (``write``) that the caller fills with the node change, its operation-log row
 and its index-outbox rows, so that the vector index can always be healed from it.
 On SQLite: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writers and a retry with
-backoff when another process holds the lock.
+backoff when another process holds the lock. On PostgreSQL: READ COMMITTED writers
+that take row locks (``SELECT ... FOR UPDATE``) on what a write depends on, a
+REPEATABLE READ snapshot for readers, and the same retry for serialization
+failures and deadlocks.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -66,7 +71,8 @@ nodes = Table(
     Column("version", Integer, nullable=False),
     Column("depth", Integer, nullable=False),
     # Materialised path "root/child/.../self/": a subtree is one index range scan.
-    Column("path", Text, nullable=False),
+    # The range bounds assume byte order, hence the "C" collation on PostgreSQL.
+    Column("path", Text().with_variant(Text(collation="C"), "postgresql"), nullable=False),
     Column("branch_id", String(32), nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
@@ -194,8 +200,15 @@ def subtree_range(path: str) -> tuple[str, str]:
     return path, path[:-1] + "0"
 
 
+#: PostgreSQL SQLSTATEs after which the whole transaction is simply run again:
+#: serialization_failure, deadlock_detected, lock_not_available.
+_PG_RETRY = frozenset({"40001", "40P01", "55P03"})
+
+
 def _is_locked(exc: BaseException) -> bool:
     orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) in _PG_RETRY:
+        return True
     return isinstance(orig, sqlite3.OperationalError) and (
         "locked" in str(orig) or "busy" in str(orig)
     )
@@ -210,10 +223,10 @@ class SqlStore:
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot open relational store {url!r}: {exc}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
+        self.is_postgres = self.engine.dialect.name == "postgresql"
         if self.is_sqlite:
             _configure_sqlite(self.engine, busy_timeout_ms)
         try:
-            metadata.create_all(self.engine)
             self._init_settings()
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot prepare relational store: {exc}") from None
@@ -229,6 +242,12 @@ class SqlStore:
 
     def _init_settings(self) -> None:
         def run(conn: Connection) -> None:
+            # Two processes preparing one fresh database at once would collide on the
+            # catalog: the first to take the lock creates the tables, the other waits
+            # and finds them. (SQLite: the write transaction's BEGIN IMMEDIATE is that lock.)
+            if self.is_postgres:
+                conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('hybrid_memory.schema'))"))
+            metadata.create_all(conn)
             have = conn.execute(select(settings.c.value).where(settings.c.key == "schema_version")).scalar()
             if have is None:
                 conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
@@ -263,17 +282,67 @@ class SqlStore:
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A read transaction (a consistent snapshot on SQLite WAL)."""
+        """A read transaction: a consistent snapshot (SQLite WAL; REPEATABLE READ on PostgreSQL)."""
         try:
             with self.engine.connect() as conn, conn.begin():
+                if self.is_postgres:
+                    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 yield conn
         except SQLAlchemyError as exc:
             raise StorageError(f"read failed: {exc}") from exc
 
     # -- nodes ----------------------------------------------------------------
 
-    def get(self, conn: Connection, node_id: str) -> Row[Any] | None:
-        return conn.execute(select(*NODE_COLUMNS).where(nodes.c.id == node_id)).first()
+    def get(self, conn: Connection, node_id: str, *, lock: bool = False) -> Row[Any] | None:
+        """The node's row. ``lock``: inside a write, lock the row until commit (``FOR
+        UPDATE``) and read its latest committed version; a no-op on SQLite, whose
+        writers are already serialised by ``BEGIN IMMEDIATE``."""
+        q = select(*NODE_COLUMNS).where(nodes.c.id == node_id)
+        if lock and not self.is_sqlite:
+            q = q.with_for_update()
+        return conn.execute(q).first()
+
+    def lock_path(self, conn: Connection, node_id: str) -> Row[Any] | None:
+        """Lock the node and every ancestor of it, root first, and return the
+        node's latest row (None when it is gone). A write hanging something under a
+        node takes this, so that a concurrent move or archive of any node above
+        either waits for it or is seen by it. No locking on SQLite."""
+        row = self.get(conn, node_id)
+        if self.is_sqlite:
+            return row
+        locked: set[str] = set()
+        while row is not None:
+            ids = row.path.rstrip("/").split("/")
+            if locked.issuperset(ids):
+                return row
+            # Root first, like every path lock: two of them in one tree meet at the root
+            # instead of deadlocking (across trees PostgreSQL detects it and write() retries).
+            conn.execute(select(nodes.c.id).where(nodes.c.id.in_(ids)).order_by(nodes.c.depth).with_for_update())
+            locked.update(ids)
+            row = self.get(conn, node_id)  # the latest version: it may have moved meanwhile
+        return None
+
+    def lock_subtree(self, conn: Connection, namespace: str, path: str) -> list[Row[Any]]:
+        """Every node of the subtree at ``path`` (live or archived), locked until
+        commit. Repeats until no node appeared since the last round: a writer adding
+        a child locks the parent first, so once every node here is locked, nothing
+        new can be hung under it before commit. Just :meth:`subtree` on SQLite."""
+        if self.is_sqlite:
+            return self.subtree(conn, namespace, path)
+        lo, hi = subtree_range(path)
+        q = (
+            select(*NODE_COLUMNS)
+            .where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi)
+            .order_by(nodes.c.depth, nodes.c.id)
+            .with_for_update()
+        )
+        locked: set[str] = set()
+        while True:
+            rows = list(conn.execute(q))
+            ids = {r.id for r in rows}
+            if locked.issuperset(ids):
+                return rows
+            locked |= ids
 
     def get_many(self, conn: Connection, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Row[Any]]:
         out: dict[str, Row[Any]] = {}
@@ -339,6 +408,33 @@ class SqlStore:
 
     def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
         return list(conn.execute(select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)))
+
+    def lock_live_rows(self, conn: Connection, namespace: str) -> list[Row[Any]]:
+        """:meth:`live_rows` for a write that decides on the whole namespace (forget):
+        first every tree's root is locked, so no writer can change a tree (they all
+        lock the root first, see :meth:`lock_path`) until commit. Just
+        :meth:`live_rows` on SQLite."""
+        if self.is_sqlite:
+            return self.live_rows(conn, namespace)
+        roots = (
+            select(nodes.c.id)
+            .where(nodes.c.namespace == namespace, nodes.c.parent_id.is_(None))
+            .order_by(nodes.c.id)
+            .with_for_update()
+        )
+        locked: set[str] = set()
+        while True:
+            locked.update(r[0] for r in conn.execute(roots))
+            rows = self.live_rows(conn, namespace)
+            if all(r.path.split("/", 1)[0] in locked for r in rows):
+                return rows
+
+    def live_ids(self, conn: Connection, namespace: str) -> list[str]:
+        return [
+            r[0] for r in conn.execute(
+                select(nodes.c.id).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+            )
+        ]
 
     def count_by_status(self, conn: Connection, namespace: str) -> dict[str, int]:
         rows = conn.execute(
@@ -418,7 +514,10 @@ class SqlStore:
         return conn.execute(select(settings.c.value).where(settings.c.key == key)).scalar()
 
     def set_setting(self, conn: Connection, key: str, value: str) -> None:
-        if self.get_setting(conn, key) is None:
+        if self.is_postgres:  # an upsert: two processes may set the same key at once
+            q = pg_insert(settings).values(key=key, value=value)
+            conn.execute(q.on_conflict_do_update(index_elements=[settings.c.key], set_={"value": value}))
+        elif self.get_setting(conn, key) is None:
             conn.execute(insert(settings).values(key=key, value=value))
         else:
             conn.execute(update(settings).where(settings.c.key == key).values(value=value))
@@ -440,6 +539,17 @@ class SqlStore:
             )
         )
         return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def log_payloads(self, conn: Connection, namespace: str, *, last_only: bool = False) -> list[tuple[int, str]]:
+        q = select(oplog.c.seq, oplog.c.payload).where(oplog.c.namespace == namespace).order_by(oplog.c.seq.desc())
+        if last_only:
+            q = q.limit(1)
+        return [(r[0], r[1]) for r in conn.execute(q)]
+
+    def mark_corrupt(self, conn: Connection, seqs: Sequence[int]) -> None:
+        """Replace unreadable log payloads by a marker, so that readers of the log can skip them."""
+        for chunk in _chunks(list(seqs), 500):
+            conn.execute(update(oplog).where(oplog.c.seq.in_(chunk)).values(payload='{"corrupt": true}'))
 
     def last_seq(self, conn: Connection, namespace: str) -> int:
         value = conn.execute(select(func.max(oplog.c.seq)).where(oplog.c.namespace == namespace)).scalar()
@@ -469,7 +579,13 @@ class SqlStore:
 
     def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float) -> None:
         where = (cursors.c.namespace == namespace) & (cursors.c.session == session)
-        if conn.execute(select(func.count()).where(where)).scalar_one():
+        if self.is_postgres:  # an upsert: two processes may share a session
+            q = pg_insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts)
+            conn.execute(q.on_conflict_do_update(
+                index_elements=[cursors.c.namespace, cursors.c.session],
+                set_={"active_id": active_id, "updated_at": ts},
+            ))
+        elif conn.execute(select(func.count()).where(where)).scalar_one():
             conn.execute(update(cursors).where(where).values(active_id=active_id, updated_at=ts))
         else:
             conn.execute(insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts))

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -32,6 +33,8 @@ class VectorIndex(Protocol):
 
     def ids(self, namespace: str) -> set[str]: ...
 
+    def vectors(self, namespace: str, ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]: ...
+
     def close(self) -> None: ...
 
 
@@ -39,23 +42,132 @@ def collection_name(namespace: str) -> str:
     return "hm-" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:24]
 
 
+# -- Chroma server support (ChromaIndex.server) --------------------------------
+
+
+def parse_server_url(url: str) -> tuple[str, int, bool]:
+    """``http(s)://host[:port]`` -> (host, port, ssl). The port defaults to 8000 for
+    http (Chroma's own default) and 443 for https. Paths, queries and credentials are refused."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"a Chroma server URL must be a non-empty string, got {url!r}")
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"a Chroma server URL must start with http:// or https://, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"bad port in Chroma server URL {url!r}") from exc
+    if not parts.hostname:
+        raise ValueError(f"no host in Chroma server URL {url!r}")
+    if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"a Chroma server URL is scheme://host[:port] only, got {url!r}")
+    ssl = parts.scheme == "https"
+    return parts.hostname, port if port is not None else (443 if ssl else 8000), ssl
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """httpx transport errors, and chromadb's ValueError for a server it cannot reach."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        mod = type(cur).__module__
+        if mod.startswith(("httpx", "httpcore")) and "Status" not in type(cur).__name__:
+            return True
+        if isinstance(cur, (ConnectionError, TimeoutError)) or "could not connect" in str(cur).lower():
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+# -- end Chroma server support ---------------------------------------------------
+
+
 class ChromaIndex:
-    """Chroma, embedded (a folder) or a server (pass ``client``).
+    """Chroma, embedded (a folder), a server (:meth:`server`) or any client (pass ``client``).
 
     Chroma's embedded client is not safe for several processes writing one folder,
-    so every access to a folder goes through an inter-process file lock.
+    so every access to a folder goes through an inter-process file lock. A client
+    also keeps serving the HNSW graph it loaded after another process wrote: every
+    write bumps a generation number in the folder, and a reader that sees a
+    generation it did not write reopens its client before it queries.
+
+    A server serialises writers itself: no lock is taken for it. Every failure of
+    the index (an unreachable server included) is raised as ``StorageError``.
     """
 
-    def __init__(self, path: str | Path | None = None, *, client: Any = None) -> None:
-        if (path is None) == (client is None):
-            raise ValueError("give exactly one of path or client")
+    def __init__(
+        self, path: str | Path | None = None, *, client: Any = None, url: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if sum(x is not None for x in (path, client, url)) != 1:
+            raise ValueError("give exactly one of path, client or url")
+        self._server = parse_server_url(url) if url is not None else None  # Chroma server
+        self._url = url
+        self._timeout = timeout
         self._path = Path(path) if path is not None else None
         self._client = client
         self._owns_client = client is None
         self._collections: dict[str, Any] = {}
         self._lock_fd: int | None = None
+        self._seen_generation = -1
+
+    # -- Chroma server support ------------------------------------------------------
+
+    @classmethod
+    def server(cls, url: str, *, timeout: float = 30.0) -> ChromaIndex:
+        """An index on a Chroma server, e.g. ``ChromaIndex.server("http://127.0.0.1:8000")``.
+
+        The connection is made on first use; each request waits at most ``timeout``
+        seconds. Nothing is locked locally: the server serialises writers.
+        """
+        return cls(url=url, timeout=timeout)
+
+    @property
+    def _where(self) -> str:
+        if self._server is not None:
+            return f"the Chroma server at {self._url}"
+        return f"the Chroma index at {self._path}" if self._path is not None else "the Chroma index"
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Any failure inside becomes a StorageError naming the index and the operation."""
+        try:
+            yield
+        except StorageError:
+            self._collections.clear()
+            raise
+        except Exception as exc:  # chromadb and httpx raise many unrelated types
+            self._collections.clear()  # a restarted server may hold other collection ids
+            detail = str(exc) or type(exc).__name__
+            if self._server is not None and _is_connection_error(exc):
+                detail = f"cannot reach the server ({type(exc).__name__}: {detail})"
+            raise StorageError(f"{what} failed on {self._where}: {detail}") from exc
+
+    def _connect_server(self) -> Any:
+        assert self._server is not None
+        host, port, ssl = self._server
+        os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+        import chromadb
+        from chromadb.config import Settings
+
+        with self._guard("connecting"):
+            client = chromadb.HttpClient(
+                host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
+            )
+            # chromadb's HTTP session never times out by itself: bound every request.
+            session = getattr(getattr(client, "_server", None), "_session", None)
+            if session is not None and hasattr(session, "timeout"):
+                import httpx
+
+                session.timeout = httpx.Timeout(self._timeout)
+        return client
+
+    # -- end Chroma server support --------------------------------------------------
 
     def _ensure(self) -> Any:
+        if self._client is None and self._server is not None:
+            self._client = self._connect_server()
         if self._client is None:
             assert self._path is not None
             os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -80,9 +192,36 @@ class ChromaIndex:
             return
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
+            generation = self._generation()
+            if generation != self._seen_generation:
+                if self._seen_generation >= 0:
+                    self._reopen()  # another process wrote: drop the stale in-memory graph
+                self._seen_generation = generation
             yield
+            if exclusive:
+                self._seen_generation = generation + 1
+                (self._path / "hybrid-memory.gen").write_text(str(self._seen_generation))  # type: ignore[operator]
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _generation(self) -> int:
+        try:
+            return int((self._path / "hybrid-memory.gen").read_text() or 0)  # type: ignore[operator]
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _reopen(self) -> None:
+        self._collections.clear()
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+        import chromadb
+        from chromadb.config import Settings
+
+        try:
+            self._client = chromadb.PersistentClient(path=str(self._path), settings=Settings(anonymized_telemetry=False))
+        except Exception as exc:  # chromadb raises several unrelated types here
+            raise StorageError(f"cannot reopen the Chroma index at {self._path}: {exc}") from exc
 
     def _collection(self, namespace: str) -> Any:
         col = self._collections.get(namespace)
@@ -99,7 +238,7 @@ class ChromaIndex:
     def upsert(self, namespace: str, ids: Sequence[str], vectors: np.ndarray[Any, Any]) -> None:
         if not len(ids):
             return
-        with self._locked(True):
+        with self._guard("upsert"), self._locked(True):
             col = self._collection(namespace)
             step = 4000
             for i in range(0, len(ids), step):
@@ -112,7 +251,7 @@ class ChromaIndex:
     def delete(self, namespace: str, ids: Sequence[str]) -> None:
         if not len(ids):
             return
-        with self._locked(True):
+        with self._guard("delete"), self._locked(True):
             col = self._collection(namespace)
             for i in range(0, len(ids), 4000):
                 col.delete(ids=list(ids[i : i + 4000]))
@@ -121,7 +260,7 @@ class ChromaIndex:
         matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if n <= 0 or not len(matrix):
             return [[] for _ in range(len(matrix))]
-        with self._locked(False):
+        with self._guard("query"), self._locked(False):
             col = self._collection(namespace)
             res = col.query(query_embeddings=matrix, n_results=n, include=["distances"])
         ids = res["ids"] or [[] for _ in range(len(matrix))]
@@ -131,8 +270,21 @@ class ChromaIndex:
             for row_ids, row_d in zip(ids, dists, strict=True)
         ]
 
+    def vectors(self, namespace: str, ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
+        """The stored vectors of those ``ids`` that the index holds."""
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        if not len(ids):
+            return out
+        with self._guard("reading vectors"), self._locked(False):
+            col = self._collection(namespace)
+            for i in range(0, len(ids), 4000):
+                res = col.get(ids=list(ids[i : i + 4000]), include=["embeddings"])
+                for node_id, vec in zip(res["ids"], res["embeddings"], strict=True):
+                    out[node_id] = np.asarray(vec, dtype=np.float32)
+        return out
+
     def ids(self, namespace: str) -> set[str]:
-        with self._locked(False):
+        with self._guard("listing ids"), self._locked(False):
             col = self._collection(namespace)
             total = col.count()
             out: set[str] = set()
