@@ -158,11 +158,8 @@ class MemoryTree:
         check.namespace(session)
         if index is not None and chroma_url is not None:
             raise InvalidInputError("give index or chroma_url, not both")
-        if chroma_url is not None:  # Chroma server
-            try:
-                index = ChromaIndex.server(chroma_url)
-            except ValueError as exc:
-                raise InvalidInputError(str(exc)) from None
+        if chroma_url is not None:  # Chroma server; a malformed URL raises InvalidInputError
+            index = ChromaIndex.server(chroma_url)
         if path is None and (store is None or index is None):
             raise InvalidInputError("give a folder path, or both store and index (or chroma_url)")
         folder = Path(path) if path is not None else None

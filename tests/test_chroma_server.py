@@ -163,7 +163,7 @@ def test_server_url_is_parsed_and_checked() -> None:
     assert parse_server_url("https://chroma.example") == ("chroma.example", 443, True)
     assert parse_server_url("http://localhost/") == ("localhost", 8000, False)
     for bad in ("", "127.0.0.1:8000", "ftp://h:1", "http://:80", "http://h:99999", "http://h:1/api?x=1"):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidInputError):
             parse_server_url(bad)
 
 

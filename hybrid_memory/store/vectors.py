@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..errors import StorageError
+from ..errors import InvalidInputError, StorageError
 
 
 @runtime_checkable
@@ -49,18 +49,18 @@ def parse_server_url(url: str) -> tuple[str, int, bool]:
     """``http(s)://host[:port]`` -> (host, port, ssl). The port defaults to 8000 for
     http (Chroma's own default) and 443 for https. Paths, queries and credentials are refused."""
     if not isinstance(url, str) or not url.strip():
-        raise ValueError(f"a Chroma server URL must be a non-empty string, got {url!r}")
+        raise InvalidInputError(f"a Chroma server URL must be a non-empty string, got {url!r}")
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"a Chroma server URL must start with http:// or https://, got {url!r}")
+        raise InvalidInputError(f"a Chroma server URL must start with http:// or https://, got {url!r}")
     try:
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"bad port in Chroma server URL {url!r}") from exc
+        raise InvalidInputError(f"bad port in Chroma server URL {url!r}") from exc
     if not parts.hostname:
-        raise ValueError(f"no host in Chroma server URL {url!r}")
+        raise InvalidInputError(f"no host in Chroma server URL {url!r}")
     if parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password:
-        raise ValueError(f"a Chroma server URL is scheme://host[:port] only, got {url!r}")
+        raise InvalidInputError(f"a Chroma server URL is scheme://host[:port] only, got {url!r}")
     ssl = parts.scheme == "https"
     return parts.hostname, port if port is not None else (443 if ssl else 8000), ssl
 
@@ -101,7 +101,7 @@ class ChromaIndex:
         timeout: float = 30.0,
     ) -> None:
         if sum(x is not None for x in (path, client, url)) != 1:
-            raise ValueError("give exactly one of path, client or url")
+            raise InvalidInputError("give exactly one of path, client or url")
         self._server = parse_server_url(url) if url is not None else None  # Chroma server
         self._url = url
         self._timeout = timeout
