@@ -23,6 +23,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from conftest import Clock  # noqa: E402  (the settable test clock, shared)
 from hypothesis import HealthCheck, event, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
@@ -66,19 +67,6 @@ def _one_torch_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-class Clock:
-    """A fixed clock the machine advances itself, so recency (and forgetting) is deterministic."""
-
-    def __init__(self, start: float = 1_750_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # -- contents: short English and Chinese sentences ----------------------------------------

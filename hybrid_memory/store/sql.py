@@ -375,17 +375,6 @@ class SqlStore:
             q = q.where(nodes.c.status == status.value)
         return list(conn.execute(q))
 
-    def live_children_count(self, conn: Connection, namespace: str, node_id: str) -> int:
-        return int(
-            conn.execute(
-                select(func.count()).where(
-                    nodes.c.namespace == namespace,
-                    nodes.c.parent_id == node_id,
-                    nodes.c.status == Status.LIVE.value,
-                )
-            ).scalar_one()
-        )
-
     def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Row[Any]]:
         """Every live node of the given branches, with its embedding."""
         q = select(*NODE_COLUMNS, nodes.c.embedding).where(
