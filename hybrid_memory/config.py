@@ -66,6 +66,7 @@ class RetrievalConfig:
     candidates: int
     branches: int
     branch_ratio: float
+    branch_weight: float
     branch_by: str
     lambda_: float
     dense_share: float
@@ -231,6 +232,7 @@ def _validate(c: Config) -> None:
     r = c.retrieval
     for value, name in (
         (r.branch_ratio, "branch_ratio"),
+        (r.branch_weight, "branch_weight"),
         (r.lambda_, "lambda"),
         (r.dense_share, "dense_share"),
         (r.min_similarity, "min_similarity"),

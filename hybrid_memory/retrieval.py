@@ -30,6 +30,9 @@ from .weights import blend, weight
 
 log = logging.getLogger("hybrid_memory")
 
+Posting = tuple[str, str, int]  # (term, node id, term frequency)
+_BM25_K1, _BM25_B = 1.2, 0.75
+
 # Branch score: the best hit, plus a little for breadth (a second and third hit).
 _BREADTH = (1.0, 0.15, 0.05)
 
@@ -65,7 +68,9 @@ class Retriever:
             log.warning("vector index unavailable, lexical retrieval only: %s", exc)
             dense_hits = {}
         with self.store.reading() as conn:
-            lexical = self._lexical(conn, query)
+            qterms = list(dict.fromkeys(text.terms(query)))
+            postings = self.store.postings(conn, self.namespace, qterms)
+            lexical = self._lexical(conn, postings)
             lex_top = heapq.nlargest(r.candidates, lexical.items(), key=lambda kv: kv[1])
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True)
             missing = [i for i in cand_rows if i not in dense_hits]
@@ -87,26 +92,42 @@ class Retriever:
             best = scored_branches[0][0]
             chosen = [sb for sb in scored_branches[:branches] if sb[0] >= r.branch_ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
+            every_branch = {b: s for s, b, _ in scored_branches}
 
             rows = self.store.branch_rows(conn, self.namespace, list(branch_score))
+            branch_nodes = [node_from_row(row) for row in rows]
+            local = _local_lexical(postings, branch_nodes)
+            matrix = np.stack([from_blob(row.embedding) for row in rows]) if rows else np.zeros((0, len(qvec)))
+            # The opened branches, every node, with lexical scores counted inside each
+            # branch; and the strongest stage-1 candidates of the other branches, so a
+            # question whose answer spans branches still reaches it. A node pays for
+            # how far its branch's score falls behind the located (best) one.
             scored: dict[str, _Scored] = {}
-            if rows:
-                matrix = np.stack([from_blob(row.embedding) for row in rows])
-                dense_all = matrix @ qvec
-                for row, d in zip(rows, dense_all, strict=True):
-                    node = node_from_row(row)
-                    s = _Scored(node, dense=float(d), lexical=lexical.get(node.id, 0.0))
-                    s.similarity = blend(s.dense, s.lexical, dense_mix)
-                    s.weight = self._weight(node, now)
-                    s.score = r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight
-                    s.branch_score = branch_score[node.branch_id]
-                    scored[node.id] = s
-            hits = heapq.nlargest(
-                k, (s for s in scored.values() if s.similarity >= r.min_similarity), key=lambda s: s.score
-            )
-            standing = self._standing(scored.values(), {s.node.id for s in hits})
+            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
+            entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
+                        for i, row in cand_rows.items() if row.branch_id not in branch_score]
+            for node, dense, lex in entries:
+                s = _Scored(node, dense=dense, lexical=lex)
+                s.similarity = blend(dense, lex, dense_mix)
+                s.weight = self._weight(node, now)
+                s.branch_score = every_branch[node.branch_id]
+                s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * branch_factor(
+                    s.branch_score, best, r.branch_weight)
+                scored[node.id] = s
+            # A branch's own task node is the context of every hit in it (an ancestor),
+            # never one of the k memories. Standing memories come from opened branches.
+            # A node of an unopened branch comes in only as a match nearly as strong as
+            # the best of the opened ones (within branch_ratio of it).
+            top_sim = max((s.similarity for s in scored.values() if s.node.branch_id in branch_score), default=0.0)
+            pool = [s for s in scored.values() if s.similarity >= r.min_similarity
+                    and not (s.node.type is NodeType.TASK and s.node.id == s.node.branch_id)
+                    and (s.node.branch_id in branch_score or s.similarity >= r.branch_ratio * top_sim)]
+            # The k best-scored memories, and the standing ones of the opened branches
+            # besides; their ancestors come with them as context.
+            hits = heapq.nlargest(k, pool, key=lambda s: s.score)
+            standing = self._standing([s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
             titles = {b: scored[b].node.content if b in scored else "" for b in branch_score}
-            picked = [(s, "hit") for s in hits] + [(s, "standing") for s in standing]
+            picked = sorted([(s, "standing") for s in standing] + [(s, "hit") for s in hits], key=lambda p: -p[0].score)
             recall = self._assemble(conn, query, picked, scored, budget, now)
         return Recall(
             query=query,
@@ -118,20 +139,11 @@ class Retriever:
             dropped=recall[3],
         )
 
-    def _lexical(self, conn: Connection, query: str) -> dict[str, float]:
+    def _lexical(self, conn: Connection, postings: Sequence[Posting]) -> dict[str, float]:
         """Per node: the share of the query's informative (idf-weighted) terms it holds."""
-        qterms = list(dict.fromkeys(text.terms(query)))
-        postings = self.store.postings(conn, self.namespace, qterms)
         if not postings:
             return {}
-        n_live = self.store.live_count(conn, self.namespace)
-        df = Counter(term for term, _ in postings)
-        idf = {t: math.log(1.0 + (n_live - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-        total = sum(idf.values())
-        out: dict[str, float] = defaultdict(float)
-        for term, node_id in postings:
-            out[node_id] += idf[term] / total
-        return out
+        return _idf_share(postings, self.store.live_count(conn, self.namespace))
 
     def _standing(self, scored: Iterable[_Scored], taken: set[str]) -> list[_Scored]:
         """The branch's high-weight state, preferences and decisions, the query aside.
@@ -193,6 +205,8 @@ class Retriever:
         budget: int,
         now: float,
     ) -> tuple[tuple[ScoredNode, ...], str, int, int]:
+        """Take the picks in order, each with the ancestors not yet in, while they fit
+        the token budget; render in tree order."""
         ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
         known: dict[str, _Scored] = dict(scored)
         unknown = [a for a in ancestor_ids if a not in known]
@@ -234,6 +248,55 @@ class Retriever:
         return tuple(out), context, text.count_tokens(context), dropped
 
 
+def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:
+    """What a node's score is multiplied by for its branch: 1 in the located (best)
+    branch, less the further its branch's score falls behind."""
+    if best <= 0.0:
+        return 1.0
+    return 1.0 - branch_weight * (1.0 - min(branch_score / best, 1.0))
+
+
+def _idf(n_docs: int, df: int) -> float:
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:
+    """Per node: the idf mass of the query terms it holds over the idf mass of all
+    the query terms the namespace knows."""
+    df = Counter(term for term, _, _ in postings)
+    idf = {t: _idf(n_docs, n) for t, n in df.items()}
+    total = sum(idf.values())
+    out: dict[str, float] = defaultdict(float)
+    for term, node_id, _ in postings:
+        out[node_id] += idf[term] / total
+    return out
+
+
+def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node]) -> dict[str, float]:
+    """BM25 inside each branch, scaled to about [0, 1]: document frequencies and the
+    average length are counted in the node's branch alone, so the words every memory
+    of a branch shares (its ticket id, its customer) locate the branch in stage 1
+    but no longer tell its memories apart, and a long memory does not win by
+    holding more words. The scale is the idf mass of every query term the
+    namespace knows (a one-term-each match of average length scores that mass), so
+    a weak branch whose memories share only the query's common words stays low."""
+    branch_of = {n.id: n.branch_id for n in nodes}
+    length = {n.id: len(n.content) for n in nodes}
+    sizes = Counter(branch_of.values())
+    avg = defaultdict(float, {b: sum(length[i] for i, bb in branch_of.items() if bb == b) / n for b, n in sizes.items()})
+    known = {term for term, _, _ in postings}
+    df = Counter((branch_of[node_id], term) for term, node_id, _ in postings if node_id in branch_of)
+    total = {b: sum(_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
+    out: dict[str, float] = defaultdict(float)
+    for term, node_id, tf in postings:
+        b = branch_of.get(node_id)
+        if b is None:
+            continue
+        norm = tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * length[node_id] / max(avg[b], 1.0))
+        out[node_id] += _idf(sizes[b], df[(b, term)]) * tf * (_BM25_K1 + 1) / norm / total[b]
+    return {i: min(v, 1.0) for i, v in out.items()}
+
+
 def _line(node: Node) -> str:
     return f"[{node.type.value}] {node.content}"
 
@@ -247,4 +310,4 @@ def _clip(text_: str, n: int = 60) -> str:
     return text_ if len(text_) <= n else text_[: n - 1] + "…"
 
 
-__all__ = ["Retriever"]
+__all__ = ["Retriever", "branch_factor"]

@@ -16,9 +16,10 @@ from sqlalchemy.engine import Connection
 from . import _validate as check
 from . import portability, text
 from .config import Config
-from .embed import Embedder, SentenceTransformerEmbedder
+from .embed import Embedder, make_embedder
 from .errors import (
     ClosedError,
+    ConfigError,
     ConflictError,
     CycleError,
     InvalidInputError,
@@ -97,6 +98,7 @@ class MemoryTree:
         #: simulates a crash between the relational commit and the index write.
         self._fault_hook: FaultHook | None = None
         self._writer.fault = self._fault
+        self._check_embedder()
         self._check_branch_mode()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()
@@ -178,8 +180,7 @@ class MemoryTree:
             assert folder is not None
             index = ChromaIndex(folder / "chroma")
         if embedder is None:
-            e = config.embedding
-            embedder = SentenceTransformerEmbedder(e.model, device=e.device, batch_size=e.batch_size)
+            embedder = make_embedder(config.embedding)
         return cls(
             store=store, index=index, embedder=embedder, namespace=namespace,
             session=session, config=config, clock=clock, folder=folder,
@@ -342,14 +343,6 @@ class MemoryTree:
         result = self._write_flushing(run)
         self._drain()
         return result
-
-
-
-
-
-
-
-
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
         """Whether two contents are near-identical by the dedup rule: they hold the same
@@ -722,14 +715,18 @@ class MemoryTree:
         budget_tokens: int | None = None,
         branches: int | None = None,
         now: float | None = None,
+        reinforce: bool = True,
     ) -> Recall:
         """Find what matters for ``query``: locate the task branch(es) by meaning,
         rank inside by similarity and weight, add standing memories and each chosen
         node's ancestors, and cut to the token budget.
 
         With no query: the active task's context (its ancestors and its top-k by weight).
+        ``reinforce=False`` looks without counting as a use: the weights stay as they are.
         """
         self._live_check()
+        if not isinstance(reinforce, bool):
+            raise InvalidTypeError("reinforce must be true or false")
         r = self.config.retrieval
         k = r.k if k is None else check.positive_int(k, "k")
         budget = r.budget_tokens if budget_tokens is None else check.positive_int(budget_tokens, "budget_tokens")
@@ -746,7 +743,8 @@ class MemoryTree:
             recall = self._retriever.active_context(active, k=k, budget=budget, now=at)
         else:
             recall = self._retriever.search(query, k=k, budget=budget, branches=nb, now=at)
-        self._note_access([s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top")], at)
+        if reinforce:
+            self._note_access([s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top")], at)
         return recall
 
     def _note_access(self, ids: Sequence[str], at: float) -> None:
@@ -844,6 +842,28 @@ class MemoryTree:
             last_checkpoint_at=last.ts if last else None,
             disk_bytes=disk,
             log_seq=seq,
+        )
+
+    def _check_embedder(self) -> None:
+        """Refuse an embedder whose vectors cannot sit beside the stored ones: the
+        Chroma collection would reject them after the store had committed them, and
+        ranking would compare vectors of different lengths."""
+        with self.store.reading() as conn:
+            held = self.store.embedding_kind(conn, self.namespace)
+        if held is None or held[0] == self.embedder.name:
+            return  # an empty namespace, or the model that embedded it: nothing to load
+        model, dim = held
+        if dim != self.embedder.dim:
+            raise ConfigError(
+                f"namespace {self.namespace!r} holds {dim}-dimensional embeddings from {model!r}, "
+                f"but the embedder {self.embedder.name!r} makes {self.embedder.dim}-dimensional ones: "
+                "open it with the model that made it (embedding.model), or export it and import "
+                "the file into a new memory opened with the new model (the import re-embeds)"
+            )
+        log.warning(
+            "namespace %r was embedded by %r and is opened with %r: similarities between the "
+            "two models' vectors mean little; export and import it to re-embed",
+            self.namespace, model, self.embedder.name,
         )
 
     def _check_branch_mode(self) -> None:

@@ -57,7 +57,7 @@ DOCUMENTED_METHODS = [
 # The keyword options of each call, in order. Every one must be keyword-only.
 KEYWORD_OPTIONS = {
     "add": (["content"], ["type", "parent", "importance", "confidence", "meta", "ts", "pinned"]),
-    "retrieve": (["query"], ["k", "budget_tokens", "branches", "now"]),
+    "retrieve": (["query"], ["k", "budget_tokens", "branches", "now", "reinforce"]),
     "forget": ([], ["threshold", "max_nodes", "delete", "dry_run", "now"]),
     "update": (["node"], ["content", "importance", "confidence", "meta", "expected_version", "ts"]),
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),

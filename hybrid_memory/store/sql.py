@@ -362,6 +362,15 @@ class SqlStore:
                 out[row.id] = from_blob(row.embedding)
         return out
 
+    def embedding_kind(self, conn: Connection, namespace: str) -> tuple[str, int] | None:
+        """The model name and dimension of one stored embedding of ``namespace``
+        (None when it holds no node). A memory is opened only with an embedder of that
+        dimension and embeds with nothing else, so one row stands for all."""
+        row = conn.execute(
+            select(nodes.c.embed_model, func.length(nodes.c.embedding)).where(nodes.c.namespace == namespace).limit(1)
+        ).first()
+        return None if row is None else (str(row[0]), int(row[1]) // 4)
+
     def insert_node(self, conn: Connection, values: Mapping[str, Any]) -> None:
         conn.execute(insert(nodes).values(**values))
 
@@ -486,14 +495,14 @@ class SqlStore:
         for chunk in _chunks(list(ids), 500):
             conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
 
-    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> list[tuple[str, str]]:
-        """(term, node_id) for every live node holding one of ``query_terms``."""
+    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> list[tuple[str, str, int]]:
+        """(term, node_id, term frequency) for every live node holding one of ``query_terms``."""
         if not query_terms:
             return []
-        q = select(terms.c.term, terms.c.node_id).where(
+        q = select(terms.c.term, terms.c.node_id, terms.c.tf).where(
             terms.c.namespace == namespace, terms.c.term.in_([t[:64] for t in query_terms])
         )
-        return [(r[0], r[1]) for r in conn.execute(q)]
+        return [(r[0], r[1], r[2]) for r in conn.execute(q)]
 
     def subtree_all(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         """Every node of the namespace, live or archived."""

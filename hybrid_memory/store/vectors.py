@@ -239,14 +239,34 @@ class ChromaIndex:
         if not len(ids):
             return
         with self._guard("upsert"), self._locked(True):
-            col = self._collection(namespace)
-            step = 4000
-            for i in range(0, len(ids), step):
-                col.upsert(
-                    ids=list(ids[i : i + step]),
-                    embeddings=np.asarray(vectors[i : i + step], dtype=np.float32),
-                    metadatas=[{"namespace": namespace}] * len(ids[i : i + step]),
-                )
+            try:
+                self._upsert(namespace, ids, vectors)
+            except Exception as exc:  # chromadb raises several unrelated types
+                if not self._empty_of_other_dimension(namespace, exc):
+                    raise
+                # Nothing to lose: start the collection again at the new dimension.
+                self._ensure().delete_collection(collection_name(namespace))
+                self._collections.pop(namespace, None)
+                self._upsert(namespace, ids, vectors)
+
+    def _upsert(self, namespace: str, ids: Sequence[str], vectors: np.ndarray[Any, Any]) -> None:
+        col = self._collection(namespace)
+        step = 4000
+        for i in range(0, len(ids), step):
+            col.upsert(
+                ids=list(ids[i : i + step]),
+                embeddings=np.asarray(vectors[i : i + step], dtype=np.float32),
+                metadatas=[{"namespace": namespace}] * len(ids[i : i + step]),
+            )
+
+    def _empty_of_other_dimension(self, namespace: str, exc: Exception) -> bool:
+        """Whether ``exc`` is an empty collection refusing vectors of another length.
+
+        Chroma keeps the dimension of a collection's first vectors even after every
+        vector is deleted; a namespace whose nodes were all deleted may then be
+        filled again through another embedder (the tree checks the stored nodes).
+        """
+        return "dimension" in str(exc) and self._collection(namespace).count() == 0
 
     def delete(self, namespace: str, ids: Sequence[str]) -> None:
         if not len(ids):
@@ -262,7 +282,12 @@ class ChromaIndex:
             return [[] for _ in range(len(matrix))]
         with self._guard("query"), self._locked(False):
             col = self._collection(namespace)
-            res = col.query(query_embeddings=matrix, n_results=n, include=["distances"])
+            try:
+                res = col.query(query_embeddings=matrix, n_results=n, include=["distances"])
+            except Exception as exc:  # chromadb raises several unrelated types
+                if not self._empty_of_other_dimension(namespace, exc):
+                    raise
+                return [[] for _ in range(len(matrix))]  # no vectors: no neighbours
         ids = res["ids"] or [[] for _ in range(len(matrix))]
         dists = res["distances"] or [[] for _ in range(len(matrix))]
         return [

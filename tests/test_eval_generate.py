@@ -1,0 +1,316 @@
+"""The synthetic trace generator: shape, determinism, and that each feature the
+evaluation relies on is really in the history (not only named in a label)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter, defaultdict
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval import generate_templates as tables
+from eval.generate import CATEGORIES, default_queries, generate, main, overlap, terms
+from eval.generate_templates import domains
+from eval.trace import read_trace
+
+LANGS = ("en", "zh")
+Event = dict[str, Any]
+_ID = re.compile(r"\b(?:EXP|TKT|BUG|TRV|PO|REQ)-\d+")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@cache
+def trace(lang: str, nodes: int = 2000, seed: int = 7) -> tuple[Event, ...]:
+    return tuple(generate(nodes, lang=lang, seed=seed))
+
+
+def adds(events: tuple[Event, ...]) -> dict[str, Event]:
+    return {e["id"]: e for e in events if e["op"] == "add"}
+
+
+def queries(events: tuple[Event, ...]) -> list[Event]:
+    return [e for e in events if e["op"] == "query"]
+
+
+def nearest_task(nodes: dict[str, Event], node_id: str) -> Event:
+    node = nodes[node_id]
+    while node["type"] != "task":
+        node = nodes[node["parent"]]
+    return node
+
+
+def root(nodes: dict[str, Event], node_id: str) -> Event:
+    node = nodes[node_id]
+    while node["parent"] is not None:
+        node = nodes[node["parent"]]
+    return node
+
+
+# ---------------------------------------------------------------- arguments and size
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_same_seed_same_trace_other_seed_other_trace(lang: str) -> None:
+    assert generate(1000, lang=lang, seed=3) == generate(1000, lang=lang, seed=3)
+    assert generate(1000, lang=lang, seed=3) != generate(1000, lang=lang, seed=4)
+
+
+def test_languages_differ_and_bad_arguments_raise() -> None:
+    assert trace("en")[0]["content"] != trace("zh")[0]["content"]
+    for bad in (
+        dict(nodes=49),
+        dict(nodes=True),
+        dict(lang="fr"),
+        dict(queries=-1),
+        dict(queries=1000 // 5 + 1),
+    ):
+        with pytest.raises(ValueError):
+            generate(**{"nodes": 1000, **bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("nodes", [50, 1000, 2000])
+def test_exactly_the_asked_number_of_nodes_and_queries(lang: str, nodes: int) -> None:
+    events = trace(lang, nodes)
+    assert len(adds(events)) == nodes
+    assert len(queries(events)) == default_queries(nodes)
+    assert {e["category"] for e in queries(events)} <= set(CATEGORIES)
+
+
+def test_queries_override_and_restarts_off() -> None:
+    events = generate(1000, seed=1, queries=120, restarts=False)
+    assert len(queries(events)) == 120
+    assert not any(e["op"] == "restart" for e in events)
+    assert not queries(generate(1000, seed=1, queries=0))
+    assert default_queries(100_000) == 2000
+
+
+def test_a_100k_trace_is_quick() -> None:
+    started = time.perf_counter()
+    events = generate(100_000, seed=0)
+    elapsed = time.perf_counter() - started
+    assert len(adds(tuple(events))) == 100_000 and len(queries(tuple(events))) == 2000
+    assert elapsed < 15, f"{elapsed:.1f} s"  # about 3 s on a laptop; generous for slow CI
+
+
+# ---------------------------------------------------------------- structure
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_ids_unique_parents_earlier_time_moves_forward_in_working_hours(lang: str) -> None:
+    seen: dict[str, Event] = {}
+    last = 0.0
+    for e in trace(lang):
+        if e["op"] == "add":
+            assert e["id"] not in seen
+            assert e["parent"] is None or e["parent"] in seen
+            assert e["type"] in {
+                "task",
+                "event",
+                "fact",
+                "preference",
+                "decision",
+                "state",
+                "summary",
+            }
+            assert 0.0 < e["importance"] <= 1.0
+            seen[e["id"]] = e
+        elif e["op"] in ("focus", "feedback"):
+            assert e["id"] in seen
+            if e["op"] == "focus":
+                assert seen[e["id"]]["type"] == "task"
+        if "ts" in e:
+            assert e["ts"] >= last
+            last = e["ts"]
+            moment = time.gmtime(e["ts"])
+            assert moment.tm_wday < 5 and 9 <= moment.tm_hour < 18
+    span_days = (last - trace(lang)[0]["ts"]) / 86400
+    assert 14 <= span_days <= 60  # weeks of work for 2k nodes
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_gold_exists_earlier_and_its_task_is_the_nearest_task_ancestor(lang: str) -> None:
+    seen: dict[str, Event] = {}
+    for e in trace(lang):
+        if e["op"] == "add":
+            seen[e["id"]] = e
+        elif e["op"] == "query":
+            assert e["gold"] and all(g in seen for g in e["gold"])
+            assert e["task"] == sorted({nearest_task(seen, g)["id"] for g in e["gold"]})
+            assert all(s in seen for s in e.get("stale", []))
+            assert e["lag"] >= 0
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_gold_is_unambiguous(lang: str) -> None:
+    """No gold is re-recorded (before or after its question), and none reads like
+    another node of its type under the same parent."""
+    events = trace(lang)
+    nodes = adds(events)
+    copied = {e["dup_of"] for e in nodes.values() if "dup_of" in e} | {
+        e["id"] for e in nodes.values() if "dup_of" in e
+    }
+    siblings: dict[str | None, list[Event]] = defaultdict(list)
+    for n in nodes.values():
+        siblings[n["parent"]].append(n)
+    for q in queries(events):
+        for g in q["gold"]:
+            assert g not in copied
+            node = nodes[g]
+            for other in siblings[node["parent"]]:
+                if other["id"] != g and other["type"] == node["type"]:
+                    assert overlap(other["content"], node["content"]) < 0.7, (
+                        node["content"],
+                        other["content"],
+                    )
+
+
+# ---------------------------------------------------------------- the features
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_tasks_interleave_with_switches_returns_subtasks_and_restarts(lang: str) -> None:
+    events = trace(lang)
+    nodes = adds(events)
+    roots = [n for n in nodes.values() if n["parent"] is None]
+    assert len(roots) >= 60 and all(n["type"] == "task" for n in roots)
+    assert sum(1 for n in nodes.values() if n["type"] == "task" and n["parent"] is not None) >= 30
+    # A return: a root gets adds, others get adds, then it gets adds again.
+    runs = []
+    for e in events:
+        if e["op"] == "add" and (not runs or runs[-1] != root(nodes, e["id"])["id"]):
+            runs.append(root(nodes, e["id"])["id"])
+    returns = [r for i, r in enumerate(runs) if r in runs[:i]]
+    assert len(returns) >= 100
+    assert sum(1 for e in events if e["op"] == "focus") >= 200
+    assert 3 <= sum(1 for e in events if e["op"] == "restart") <= 10
+    assert any(e["op"] == "feedback" for e in events)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_knowledge_updates_supersede_and_are_the_gold(lang: str) -> None:
+    events = trace(lang)
+    nodes = adds(events)
+    order = {node_id: i for i, node_id in enumerate(nodes)}
+    updates = [n for n in nodes.values() if n["type"] == "fact" and "supersedes" in n]
+    assert len(updates) >= 40
+    latest = [q for q in queries(events) if q["category"] == "latest-update"]
+    assert len(latest) >= 5
+    for q in latest:
+        (gold,) = q["gold"]
+        assert nodes[gold].get("supersedes") in q["stale"]
+        assert all(order[s] < order[gold] for s in q["stale"])
+    for q in (q for q in queries(events) if q["category"] == "state"):
+        (gold,) = q["gold"]
+        assert nodes[gold]["type"] == "state"
+        later = [n for n in nodes.values() if n.get("supersedes") == gold and n["type"] == "state"]
+        assert not later or float(later[0]["ts"]) > q["ts"]  # the newest state when asked
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_near_duplicates_repeat_and_reword_within_their_task(lang: str) -> None:
+    nodes = adds(trace(lang))
+    dups = [n for n in nodes.values() if "dup_of" in n]
+    kinds = Counter(n["dup"] for n in dups)
+    assert len(dups) >= 40 and kinds["repeat"] and kinds["light"]
+    for d in dups:
+        original = nodes[d["dup_of"]]
+        assert d["parent"] == original["parent"] and d["type"] == original["type"]
+        if d["dup"] in ("repeat", "light"):
+            assert overlap(d["content"], original["content"]) >= 0.85
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_distractor_tasks_share_their_domain_words(lang: str) -> None:
+    """Dozens of tasks per domain, and the domain's common words in many of them: a
+    question has to be told apart by its entity."""
+    nodes = adds(trace(lang))
+    roots = [n for n in nodes.values() if n["parent"] is None]
+    per_domain = Counter(n["domain"] for n in roots)
+    assert set(per_domain) == {d.name for d in domains(lang)}
+    assert min(per_domain.values()) >= 10
+    tasks_with: dict[str, set[str]] = defaultdict(set)
+    for n in nodes.values():
+        for term in terms(n["content"]):
+            if not any(ch.isdigit() for ch in term):
+                tasks_with[term].add(root(nodes, n["id"])["id"])
+    shared = [t for t, owners in tasks_with.items() if len(owners) >= 10]
+    assert len(shared) >= 50
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_queries_paraphrase_name_their_task_and_come_after_their_gold(lang: str) -> None:
+    events = trace(lang)
+    nodes = adds(events)
+    qs = queries(events)
+    similarity = [max(overlap(q["text"], nodes[g]["content"]) for g in q["gold"]) for q in qs]
+    assert sum(similarity) / len(similarity) < 0.3
+    assert max(similarity) < 0.7
+    for q in qs:
+        assert all(nodes[g]["content"] not in q["text"] for g in q["gold"])
+        ids = set(_ID.findall(root(nodes, q["gold"][0])["content"]))
+        assert ids & set(_ID.findall(q["text"])), q["text"]
+    lags = sorted(q["lag"] for q in qs)
+    assert lags[len(lags) // 2] >= 50 and lags[-1] >= 1000  # mostly later, some much later
+
+
+def test_every_category_is_asked_and_after_return_follows_a_return() -> None:
+    for lang in LANGS:
+        events = trace(lang, 3000, seed=1)
+        nodes = adds(events)
+        assert {q["category"] for q in queries(events)} == set(CATEGORIES)
+        for i, q in enumerate(events):
+            if q["op"] == "query" and q["category"] == "after-return":
+                focus = events[i - 1]
+                home = root(nodes, q["gold"][0])["id"]
+                assert focus["op"] == "focus" and focus["id"] == home
+                before = next(e for e in reversed(events[: i - 1]) if e["op"] == "add")
+                assert root(nodes, before["id"])["id"] != home  # it was away
+            if q["op"] == "query" and q["category"] == "multi-fact":
+                assert len(q["gold"]) == 2 and len(set(q["gold"])) == 2
+
+
+def test_chinese_content_is_chinese() -> None:
+    nodes = adds(trace("zh"))
+    texts = [n["content"] for n in nodes.values()] + [q["text"] for q in queries(trace("zh"))]
+    assert all(_CJK.search(t) for t in texts)
+    letters = "".join(ch for t in texts for ch in t if ch.isalpha())
+    assert len(_CJK.findall(letters)) / len(letters) > 0.6
+    assert not any(_CJK.search(n["content"]) for n in adds(trace("en")).values())
+
+
+# ---------------------------------------------------------------- templates and CLI
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_templates_never_give_the_answer_away(lang: str) -> None:
+    """Slots an update redraws appear in no question or ref (the question would hold the
+    answer, or a stale value); the fact an update supersedes names that slot; a line with a
+    rewording draws nothing afresh (a rewording must carry the same information)."""
+    for dom in domains(lang):
+        mutable = {"{" + k + "}" for k in dom.updates}
+        lines = [*dom.items, *dom.updates.values(), *(i for s in dom.subs for i in s.items)]
+        asked = [
+            *dom.refs,
+            *dom.asks,
+            *(q for line in lines for q in line.questions),
+            *(s.ref for s in dom.subs),
+        ]
+        assert not [q for q in asked if any(m in q for m in mutable)], dom.name
+        facts = {i.key: i for i in dom.items if i.kind == "fact"}
+        assert all("{" + k + "}" in facts[k].contents[0] for k in dom.updates), dom.name
+        reworded = [c for line in lines if len(line.contents) > 1 for c in line.contents]
+        assert not [c for c in reworded if re.search(r"\{(n|time|dtime)\}", c)], dom.name
+    assert set(tables.DOMAINS["en"]) == set(tables.DOMAINS["zh"])
+
+
+def test_cli_writes_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.jsonl"
+    assert main(["--nodes", "300", "--lang", "zh", "--seed", "2", "--out", str(out)]) == 0
+    assert read_trace(out) == generate(300, lang="zh", seed=2)
+    assert "报销" in out.read_text(encoding="utf-8") or "工单" in out.read_text(encoding="utf-8")
+    assert "add 300" in capsys.readouterr().err
