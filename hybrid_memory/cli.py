@@ -413,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--note")
     c.set_defaults(func=cmd_checkpoint)
     sub.add_parser("eval", help="measure retrieval against baselines (see hybrid-memory eval --help)",
+                   description="The offline evaluation: replay a trace into hybrid_memory and the baselines "
+                               "and report hit rate, tokens, latency, recovery and forgetting. "
+                               "Its options: hybrid-memory eval --help.",
                    add_help=False)
     _add_portability_commands(sub)  # portability
     _add_index_commands(sub)

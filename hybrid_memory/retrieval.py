@@ -115,12 +115,14 @@ class Retriever:
                     s.branch_score, best, r.branch_weight)
                 scored[node.id] = s
             # A branch's own task node is the context of every hit in it (an ancestor),
-            # never one of the k memories. Standing memories come from opened branches.
+            # not one of the k memories, unless it stands alone. Standing memories come
+            # from the opened branches.
             # A node of an unopened branch comes in only as a match nearly as strong as
             # the best of the opened ones (within branch_ratio of it).
             top_sim = max((s.similarity for s in scored.values() if s.node.branch_id in branch_score), default=0.0)
+            with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
             pool = [s for s in scored.values() if s.similarity >= r.min_similarity
-                    and not (s.node.type is NodeType.TASK and s.node.id == s.node.branch_id)
+                    and not (s.node.type is NodeType.TASK and s.node.id in with_members)
                     and (s.node.branch_id in branch_score or s.similarity >= r.branch_ratio * top_sim)]
             # The k best-scored memories, and the standing ones of the opened branches
             # besides; their ancestors come with them as context.
