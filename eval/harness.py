@@ -451,6 +451,11 @@ def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> d
         }
         s["replay_s"] = round(run.seconds, 2)
         systems[name] = s
+    if "hybrid" in systems:
+        budget = systems["hybrid"]["tokens_mean"]
+        for s in systems.values():
+            s["recall_all@hybrid_tokens"] = metrics.at_tokens(
+                [(p["tokens_mean"], p["recall_all"]) for p in s["tokens_vs_recall"]], budget)
     return {
         "systems": systems,
         "queries": len(prepared.queries),

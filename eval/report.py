@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("recall_all@{k}", "recall_any@{k}", "ndcg@{k}", "branch_acc@1", "tokens_mean", "compression",
-           "latency_ms_p50", "latency_ms_p95")
+COLUMNS = ("recall_all@{k}", "recall_any@{k}", "ndcg@{k}", "branch_acc@1", "tokens_mean",
+           "recall_all@hybrid_tokens", "compression", "latency_ms_p50", "latency_ms_p95")
 
 
 def _fmt(value: Any) -> str:

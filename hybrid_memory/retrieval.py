@@ -14,7 +14,7 @@ import heapq
 import logging
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,8 +49,13 @@ class _Scored:
 
 
 class Retriever:
-    def __init__(self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str) -> None:
+    def __init__(
+        self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str,
+        pending: Callable[[], Mapping[str, tuple[int, float]]] = dict,
+    ) -> None:
         self.store = store
+        #: The handle's buffered reads (node id -> (count, last time)), not yet written.
+        self.pending = pending
         self.index = index
         self.embedder = embedder
         self.config = config
@@ -111,8 +116,10 @@ class Retriever:
                 s.similarity = blend(dense, lex, dense_mix)
                 s.weight = self._weight(node, now)
                 s.branch_score = every_branch[node.branch_id]
+                # A node of an unopened branch pays its branch's full shortfall.
+                bw = r.branch_weight if node.branch_id in branch_score else 1.0
                 s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * branch_factor(
-                    s.branch_score, best, r.branch_weight)
+                    s.branch_score, best, bw)
                 scored[node.id] = s
             # A branch's own task node is the context of every hit in it (an ancestor),
             # not one of the k memories, unless it stands alone. Standing memories come
@@ -166,9 +173,16 @@ class Retriever:
         return heapq.nlargest(r.standing_max, pool, key=lambda s: s.weight)
 
     def _weight(self, node: Node, now: float) -> float:
+        return self.weight_of(node, now)
+
+    def weight_of(self, node: Node, now: float) -> float:
+        """The node's weight at ``now``, counting the reads still buffered in this
+        handle: a read changes the next answer whether or not it was written yet, so
+        a restart (which writes them) never changes what is returned."""
+        n, at = self.pending().get(node.id, (0, node.touched_at))
         return weight(
-            importance=node.importance, confidence=node.confidence, access_count=node.access_count,
-            touched_at=node.touched_at, now=now, cfg=self.config.weights,
+            importance=node.importance, confidence=node.confidence, access_count=node.access_count + n,
+            touched_at=max(node.touched_at, at), now=now, cfg=self.config.weights,
         )
 
     # -- without a query -----------------------------------------------------------

@@ -43,7 +43,7 @@ from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, rep
 from .retrieval import Retriever
 from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
-from .weights import check_unit, weight
+from .weights import check_unit
 from .writing import (
     NodeRef,
     ParentRef,
@@ -89,7 +89,8 @@ class MemoryTree:
         self._clock = clock
         self._closed = False
         self._pending_access: dict[str, tuple[int, float]] = {}
-        self._retriever = Retriever(store, index, embedder, self.config, self.namespace)
+        self._retriever = Retriever(store, index, embedder, self.config, self.namespace,
+                                    pending=lambda: self._pending_access)
         self._writer = Writer(
             store=store, index=index, embedder=embedder, config=self.config,
             namespace=self.namespace, session=self.session, clock=clock,
@@ -280,16 +281,13 @@ class MemoryTree:
         return node_from_row(row) if row is not None and row.status == Status.LIVE.value else None
 
     def weight(self, node: Node, now: float | None = None) -> float:
-        """The node's weight at ``now`` (default: the clock)."""
+        """The node's weight at ``now`` (default: the clock), reads not yet written included."""
         self._live_check()
         if not isinstance(node, Node):
             raise InvalidTypeError(f"weight() takes a Node, got {type(node).__name__}")
         if node.namespace != self.namespace:
             raise NamespaceError(f"node {node.id} belongs to namespace {node.namespace!r}, not {self.namespace!r}")
-        return weight(
-            importance=node.importance, confidence=node.confidence, access_count=node.access_count,
-            touched_at=node.touched_at, now=self._now(now), cfg=self.config.weights,
-        )
+        return self._retriever.weight_of(node, self._now(now))
 
 
     # -- writing ---------------------------------------------------------------

@@ -52,3 +52,12 @@ def test_percentile_interpolates() -> None:
     assert metrics.percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
     assert metrics.percentile([1.0, 2.0, 3.0, 4.0], 95) == pytest.approx(3.85)
     assert metrics.mean([]) == 0.0
+
+
+def test_recall_at_tokens_reads_the_curve() -> None:
+    curve = [(100.0, 0.2), (300.0, 0.6), (500.0, 0.7)]
+    assert metrics.at_tokens(curve, 200.0) == pytest.approx(0.4)
+    assert metrics.at_tokens(curve, 300.0) == pytest.approx(0.6)
+    assert metrics.at_tokens(curve, 900.0) == pytest.approx(0.7)  # cannot spend more than it did
+    assert metrics.at_tokens(curve, 50.0) == pytest.approx(0.1)  # below the first point: scaled down
+    assert metrics.at_tokens([], 50.0) == 0.0
