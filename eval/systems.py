@@ -25,7 +25,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,8 +49,6 @@ class Answer:
     branch: str | None = None
     #: The system returned everything, unranked (full_history): every gold memory is in.
     everything: bool = False
-    #: ids the system returned that it holds as gone (archived/deleted) — unused by baselines.
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class System(Protocol):
