@@ -121,11 +121,10 @@ class Retriever:
                 s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * branch_factor(
                     s.branch_score, best, bw)
                 scored[node.id] = s
-            # A branch's own task node is the context of every hit in it (an ancestor),
-            # not one of the k memories, unless it stands alone. Standing memories come
-            # from the opened branches.
-            # A node of an unopened branch comes in only as a match nearly as strong as
-            # the best of the opened ones (within branch_ratio of it).
+            # Who may be one of the k: not a branch's own task node (it is the context
+            # of every hit below it, rendered as their ancestor) unless it stands alone;
+            # a node of an unopened branch only as a match nearly as strong as the best
+            # of the opened ones (within branch_ratio of it).
             top_sim = max((s.similarity for s in scored.values() if s.node.branch_id in branch_score), default=0.0)
             with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
             pool = [s for s in scored.values() if s.similarity >= r.min_similarity
