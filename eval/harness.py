@@ -306,6 +306,9 @@ class Options:
     forget_cap: float | None = 0.5
     control: bool = True
     config: Config | None = None
+    #: The TOML file ``config`` was read from, handed to the fresh process that
+    #: recovers after a restart (it must open the memory as the replay did).
+    config_file: Path | None = None
     model: str | None = None
     progress: bool = True
     workdir: Path | None = None
@@ -320,7 +323,10 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     prepared = prepare(raw)
     if not prepared.queries:
         raise TraceError("the trace holds no query: nothing to measure")
-    config = options.config or Config.load(overrides={"embedding": {"model": options.model}} if options.model else None)
+    model = {"embedding": {"model": options.model}} if options.model else None
+    config = Config.load(options.config_file, overrides=model) if options.config is None or options.model else options.config
+    recover_args = (["--config", str(options.config_file)] if options.config_file else []) + (
+        ["--model", options.model] if options.model else [])
     vectors = CachedEmbedder(embedder or make_embedder(config.embedding))
     cache = None
     if options.cache is not None:
@@ -344,7 +350,7 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     extra: dict[str, Any] = {}
     try:
         for name in options.systems:
-            runs[name] = replay(_make(name, workdir, vectors, now, config))
+            runs[name] = replay(_make(name, workdir, vectors, now, config, recover_args))
         if "hybrid" in runs and options.control and prepared.restarts:
             control = replay(HybridSystem("hybrid_control", workdir / "control", vectors, now, config=config),
                              skip_restarts=True)
@@ -371,9 +377,10 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     return results
 
 
-def _make(name: str, workdir: Path, vectors: CachedEmbedder, now: Callable[[], float], config: Config) -> System:
+def _make(name: str, workdir: Path, vectors: CachedEmbedder, now: Callable[[], float], config: Config,
+          recover_args: Sequence[str] = ()) -> System:
     if name == "hybrid":
-        return HybridSystem("hybrid", workdir / "hybrid", vectors, now, config=config)
+        return HybridSystem("hybrid", workdir / "hybrid", vectors, now, config=config, recover_args=recover_args)
     if name == "flat_vector":
         return FlatVector(config, workdir / "flat", vectors)
     makers: dict[str, Callable[[Config], System]] = {
@@ -420,6 +427,17 @@ def _summary(queries: Sequence[Query], replies: Sequence[Reply], k: int) -> dict
     return out
 
 
+def _line_costs(prepared: Prepared) -> dict[str, int]:
+    """Trace id -> tokens of the memory's rendered line (as every system counts it)."""
+    return {e["id"]: hm_text.count_tokens(f"[{e.get('type', 'event')}] {e['content']}")
+            for e in prepared.events if e["op"] == "add"}
+
+
+def _ndcg_cut(cut: Sequence[frozenset[str]], gold: frozenset[str], k: int) -> float:
+    """nDCG of a token-matched cut (any length n): ideal of min(max(k, n), #gold)."""
+    return metrics.ndcg(cut, gold, max(k, len(cut)))
+
+
 def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> dict[str, Any]:
     k = options.k
     systems: dict[str, Any] = {}
@@ -451,13 +469,36 @@ def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> d
         }
         s["replay_s"] = round(run.seconds, 2)
         systems[name] = s
-    if "hybrid" in systems:
-        budget = systems["hybrid"]["tokens_mean"]
-        for s in systems.values():
-            s["recall_all@hybrid_tokens"] = metrics.at_tokens(
-                [(p["tokens_mean"], p["recall_all"]) for p in s["tokens_vs_recall"]], budget)
+    if "hybrid" in runs:
+        cost = _line_costs(prepared)
+        hybrid = runs["hybrid"].replies
+        for name, run in runs.items():
+            rs, ns = [], []
+            for i, r in run.replies.items():
+                q = prepared.queries[i]
+                if name == "hybrid" or i not in hybrid:
+                    scores = _score(q, r, k)
+                    rs.append(scores["recall_all"])
+                    ns.append(scores["ndcg"])
+                    continue
+                ranking = r.ranked if r.everything else r.curve
+                cut = metrics.within_tokens(ranking, [max((cost.get(t, 0) for t in ids), default=0) for ids in ranking],
+                                            hybrid[i].tokens)
+                rs.append(metrics.recall_all(cut, q.gold, len(cut)))
+                ns.append(_ndcg_cut(cut, q.gold, k))
+            systems[name]["recall_all@hybrid_tokens"] = metrics.mean(rs)
+            systems[name]["ndcg@hybrid_tokens"] = metrics.mean(ns)
+    per_question = [
+        {"id": q.id, "namespace": q.namespace, "category": q.category, "text": q.text, "gold": sorted(q.gold),
+         "systems": {name: {"ranked": [sorted(ids) for ids in run.replies[i].ranked[:k]],
+                            "recall_all": _score(q, run.replies[i], k)["recall_all"],
+                            "tokens": run.replies[i].tokens}
+                     for name, run in runs.items() if i in run.replies}}
+        for i, q in enumerate(prepared.queries)
+    ]
     return {
         "systems": systems,
+        "per_question": per_question,
         "queries": len(prepared.queries),
         "k": k,
         "budget_tokens": options.budget,
@@ -524,13 +565,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
         return 2
     try:
         events, source = load_events(args)
-        config = Config.load(args.config) if args.config else None
+        config = Config.load(args.config, overrides={"embedding": {"model": args.model}} if args.model else None) \
+            if args.config else None
         if args.write_trace:
             from .trace import write_trace
 
             write_trace(events, args.write_trace)
         options = Options(k=args.k, budget=args.budget, systems=systems, forget_cap=args.forget_cap or None,
-                          control=not args.no_control, config=config, model=args.model, progress=not args.quiet,
+                          control=not args.no_control, config=config, config_file=args.config, model=args.model, progress=not args.quiet,
                           cache=None if args.no_cache else args.cache)
         results = evaluate(events, options, source=source)
     except (ValueError, OSError) as exc:

@@ -18,7 +18,8 @@ DEFINITIONS = {
     "tokens_mean": "mean estimated LLM tokens of the context a system returns for a question (hybrid_memory.text.count_tokens over the rendered lines), within the shared token budget.",
     "compression": "tokens of the full history at the question's time divided by the tokens returned (mean over questions).",
     "latency_ms_p50/p95": "wall time of one retrieval call, query embedding excluded (every system reads the same precomputed vectors).",
-    "recall_all@hybrid_tokens": "a system's recall_all at the mean tokens hybrid returned, read off its tokens-vs-recall curve (k = 1, 3, 5, 10, 20) by linear interpolation; past its last point, the recall there: the fair 'at no more tokens' comparison.",
+    "recall_all@hybrid_tokens": "the 'at no more tokens' comparison: per question, a system's ranking (its top 20) is cut to the tokens hybrid returned for that question (memories taken in rank order while they fit, so fewer or more than k), then recall_all is computed on what is left; averaged over questions. hybrid's own figure is its recall_all@k.",
+    "ndcg@hybrid_tokens": "nDCG on the same token-matched cut of n memories (ideal: min(max(k, n), #gold) gold memories); hybrid's own figure is its ndcg@k.",
     "recovery_acc": "share of restarts after which recover(), in a fresh process, names the active task the trace had set.",
     "answers_equal": "share of questions asked after a restart whose returned memories equal those of an uninterrupted replay of the same trace.",
     "wrongly_forgotten": "share of gold memories that forgetting (a live-node cap) had archived or deleted before their question was asked.",
@@ -66,15 +67,13 @@ def mean(values: Iterable[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def at_tokens(points: Sequence[tuple[float, float]], tokens: float) -> float:
-    """Recall at ``tokens`` on a curve of (tokens, recall) points: linear between
-    points, the first point's recall scaled down below it, the last point's above."""
-    pts = sorted(points)
-    if not pts:
-        return 0.0
-    if tokens <= pts[0][0]:
-        return pts[0][1] * (tokens / pts[0][0]) if pts[0][0] > 0 else pts[0][1]
-    for (t0, r0), (t1, r1) in zip(pts, pts[1:], strict=False):
-        if t0 <= tokens <= t1:
-            return r0 if t1 == t0 else r0 + (r1 - r0) * (tokens - t0) / (t1 - t0)
-    return pts[-1][1]
+def within_tokens(ranked: Sequence[frozenset[str]], costs: Sequence[int], tokens: float) -> list[frozenset[str]]:
+    """The returned memories a system could have given in ``tokens``: taken in rank
+    order, each that still fits (a long one is skipped, as a token budget does)."""
+    out: list[frozenset[str]] = []
+    used = 0
+    for ids, cost in zip(ranked, costs, strict=True):
+        if used + cost <= tokens:
+            out.append(ids)
+            used += cost
+    return out

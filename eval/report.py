@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+CHANGES = Path(__file__).with_name("CHANGES.md")
+
 COLUMNS = ("recall_all@{k}", "recall_any@{k}", "ndcg@{k}", "branch_acc@1", "tokens_mean",
-           "recall_all@hybrid_tokens", "compression", "latency_ms_p50", "latency_ms_p95")
+           "recall_all@hybrid_tokens", "ndcg@hybrid_tokens", "compression", "latency_ms_p50", "latency_ms_p95")
 
 
 def _fmt(value: Any) -> str:
@@ -76,6 +78,10 @@ def markdown(results: Mapping[str, Any]) -> str:
     notes = results.get("notes")
     if notes:
         parts += ["", "## Notes", "", notes]
+    if CHANGES.is_file():
+        # The log of retrieval changes, each with what it did on the harness.
+        body = CHANGES.read_text(encoding="utf-8").split("\n", 1)[-1].strip()
+        parts += ["", "## Retrieval changes and what each did", "", body]
     return "\n".join(parts) + "\n"
 
 
@@ -127,9 +133,16 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
 
 
 def write_all(results: Mapping[str, Any], out: Path, *, plots: bool = True) -> str:
-    """Write results.json, report.md and (with matplotlib installed) the plots; return the table."""
+    """Write results.json, questions.jsonl (each question's gold and every system's
+    top k, for reading why a question was missed), report.md and (with matplotlib
+    installed) the plots; return the table."""
     out.mkdir(parents=True, exist_ok=True)
+    results = dict(results)
+    questions = results.pop("per_question", [])
     (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
+    with (out / "questions.jsonl").open("w", encoding="utf-8") as f:
+        for q in questions:
+            f.write(json.dumps(q, ensure_ascii=False) + "\n")
     (out / "report.md").write_text(markdown(results), encoding="utf-8")
     if plots:
         write_plots(results, out)

@@ -17,6 +17,7 @@ baseline in a real Chroma collection): they are what a user would build instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -82,6 +83,8 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self._vectors: dict[str, np.ndarray[Any, Any]] = {}
+        #: Vectors read from a cache file, by text digest (moved to _vectors when asked for).
+        self._stored: dict[str, np.ndarray[Any, Any]] = {}
         self._coverage: dict[str, float] = {}
 
     @property
@@ -97,21 +100,28 @@ class CachedEmbedder:
         if not path.is_file():
             return 0
         with np.load(path, allow_pickle=False) as data:
-            texts, matrix = data["texts"], data["vectors"]
-        if matrix.ndim != 2:
-            return 0
-        self._vectors.update(zip(texts.tolist(), matrix, strict=True))
-        return len(texts)
+            if "keys" not in data or data["vectors"].ndim != 2:
+                return 0  # an older or foreign file: embed afresh
+            keys, matrix = data["keys"], data["vectors"]
+        self._stored.update(zip(keys.tolist(), matrix, strict=True))
+        return len(keys)
 
     def save(self, path: Path) -> None:
-        """Keep the vectors for the next run (atomic write)."""
+        """Keep the vectors for the next run (atomic write), keyed by a digest of
+        each text so that long texts cost nothing in the file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        texts = list(self._vectors)
+        stored = {**self._stored, **{_digest(t): v for t, v in self._vectors.items()}}
+        keys = list(stored)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # one per process: runs may overlap
-        np.savez(tmp, texts=np.array(texts, dtype=str), vectors=np.stack([self._vectors[t] for t in texts]))
+        np.savez(tmp, keys=np.array(keys, dtype="U64"), vectors=np.stack([stored[k] for k in keys]))
         tmp.replace(path)
 
     def warm(self, texts: Sequence[str], progress: Callable[[int], None] | None = None, batch: int = 256) -> None:
+        for t in texts:
+            if t not in self._vectors and self._stored:
+                v = self._stored.get(_digest(t))
+                if v is not None:
+                    self._vectors[t] = v
         todo = list(dict.fromkeys(t for t in texts if t not in self._vectors))
         for i in range(0, len(todo), batch):
             chunk = todo[i : i + batch]
@@ -145,7 +155,7 @@ class HybridSystem:
 
     def __init__(self, name: str, folder: Path, embedder: CachedEmbedder, clock: Callable[[], float], *,
                  config: Config | None = None, forget_cap: int | None = None,
-                 recover_in_subprocess: bool = True) -> None:
+                 recover_in_subprocess: bool = True, recover_args: Sequence[str] = ()) -> None:
         self.name = name
         self.folder = folder
         self.embedder = embedder
@@ -153,6 +163,8 @@ class HybridSystem:
         self.config = config
         self.forget_cap = forget_cap
         self.recover_in_subprocess = recover_in_subprocess
+        #: Extra command-line options of the recovering process (--config, --model).
+        self.recover_args = list(recover_args)
         self.namespace = ""
         self.mem: MemoryTree | None = None
         self.forgotten = 0
@@ -210,7 +222,7 @@ class HybridSystem:
             env = dict(os.environ, HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False")
             out = subprocess.run(
                 [sys.executable, "-m", "hybrid_memory", "--path", str(self.folder), "--namespace", self.namespace,
-                 "--json", "recover"],
+                 *self.recover_args, "--json", "recover"],
                 capture_output=True, text=True, env=env, timeout=300, check=True,
             )
             state = json.loads(out.stdout)
@@ -438,6 +450,10 @@ class ArticleMinimal(_Baseline):
         ans.tokens += sum(self.recs[c].line_tokens for c in chain)
         ans.branch = branch
         return ans
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _line_tokens(typ: str, content: str) -> int:

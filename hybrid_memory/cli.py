@@ -12,6 +12,7 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import Any
 
+from .config import Config
 from .errors import ConfigError, HybridMemoryError, InvalidInputError
 from .model import Drift, Node, tree_order
 from .portability import describe, recent_ops
@@ -20,8 +21,9 @@ from .writing import ROOT
 
 
 def _open(args: argparse.Namespace) -> MemoryTree:
+    config = Config.load(args.config, overrides={"embedding": {"model": args.model}}) if args.model else args.config
     return MemoryTree.open(
-        args.path, namespace=args.namespace, session=args.session, config=args.config,
+        args.path, namespace=args.namespace, session=args.session, config=config,
         store=args.db_url or None, chroma_url=args.chroma_url or None,
     )
 
@@ -357,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tenant namespace (default: $HYBRID_MEMORY_NAMESPACE or 'default')")
     p.add_argument("--session", default="main", help="agent session whose active node is used")
     p.add_argument("--config", default=None, help="a TOML file merged over configs/default.toml")
+    p.add_argument("--model", default=None,
+                   help="embedding model, over the configuration's (a sentence-transformers name or path, "
+                        "'bundled', 'use-multilingual'); it must be the one the memory was written with")
     p.add_argument("--db-url", default=os.environ.get("HYBRID_MEMORY_DB_URL"),
                    help="SQLAlchemy URL of the relational store instead of memory.db in --path "
                         "(default: $HYBRID_MEMORY_DB_URL)")

@@ -67,6 +67,13 @@ class RetrievalConfig:
     branches: int
     branch_ratio: float
     branch_weight: float
+    outside_weight: float
+    lexical_peer: float
+    spread_branches: int
+    branch_quota: int
+    quota_similarity: float
+    spread_ratio: float
+    spread_weight: float
     branch_by: str
     lambda_: float
     dense_share: float
@@ -233,6 +240,11 @@ def _validate(c: Config) -> None:
     for value, name in (
         (r.branch_ratio, "branch_ratio"),
         (r.branch_weight, "branch_weight"),
+        (r.outside_weight, "outside_weight"),
+        (r.lexical_peer, "lexical_peer"),
+        (r.quota_similarity, "quota_similarity"),
+        (r.spread_ratio, "spread_ratio"),
+        (r.spread_weight, "spread_weight"),
         (r.lambda_, "lambda"),
         (r.dense_share, "dense_share"),
         (r.min_similarity, "min_similarity"),
@@ -241,8 +253,8 @@ def _validate(c: Config) -> None:
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):
         raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
-    if min(r.k, r.budget_tokens, r.candidates, r.branches) < 1 or r.standing_max < 0:
-        raise ConfigError("retrieval.k, budget_tokens, candidates and branches must be >= 1")
+    if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:
+        raise ConfigError("retrieval.k, budget_tokens, candidates, branches and spread_branches must be >= 1")
     if not set(r.standing_types) <= types:
         raise ConfigError(f"retrieval.standing_types names unknown types: {r.standing_types}")
     unit(c.forgetting.threshold, "forgetting.threshold")

@@ -85,6 +85,9 @@ class ScoredNode:
     branch_score: float
     score: float
     tokens: int
+    #: What the score was multiplied by for the node's branch: 1 in the located
+    #: branch, less the further its branch falls behind (see retrieval.branch_factor).
+    branch_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,12 @@ class Recall:
         for b in self.branches:
             lines.append(f"branch {b.branch_id} score={b.score:.3f} hits={b.hits}  {b.title}")
         lines.append(
-            f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6}  node"
+            f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6} {'branch':>6}  node"
         )
         for s in self.nodes:
             lines.append(
                 f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
-                f"{s.lexical:6.3f} {s.weight:6.3f}  [{s.node.type.value}] {s.node.id} "
+                f"{s.lexical:6.3f} {s.weight:6.3f} {s.branch_factor:6.3f}  [{s.node.type.value}] {s.node.id} "
                 f"{_clip(s.node.content, 60)}"
             )
         lines.append(f"tokens: {self.tokens}/{self.budget_tokens}, dropped for budget: {self.dropped}")

@@ -46,6 +46,7 @@ class _Scored:
     weight: float = 0.0
     score: float = 0.0
     branch_score: float = 0.0
+    branch_factor: float = 1.0
 
 
 class Retriever:
@@ -95,7 +96,10 @@ class Retriever:
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
-            chosen = [sb for sb in scored_branches[:branches] if sb[0] >= r.branch_ratio * best]
+            # A counting / ordering / comparing question spreads over more branches.
+            spread = text.aggregate_question(query)
+            n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
+            chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
             every_branch = {b: s for s, b, _ in scored_branches}
 
@@ -111,15 +115,23 @@ class Retriever:
             entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
             entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
                         for i, row in cand_rows.items() if row.branch_id not in branch_score]
+            # A node of an unopened branch that holds the query's informative words as
+            # fully as the best node of the opened branches is about the same thing
+            # (the same subject, written down in another session): it pays nothing
+            # for its branch.
+            top_lex = max((lexical.get(n.id, 0.0) for n in branch_nodes), default=0.0)
+            peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score and r.lexical_peer > 0
+                     and lexical.get(i, 0.0) >= max(r.lexical_peer * top_lex, 1e-9)}
             for node, dense, lex in entries:
                 s = _Scored(node, dense=dense, lexical=lex)
                 s.similarity = blend(dense, lex, dense_mix)
                 s.weight = self._weight(node, now)
                 s.branch_score = every_branch[node.branch_id]
                 # A node of an unopened branch pays its branch's full shortfall.
-                bw = r.branch_weight if node.branch_id in branch_score else 1.0
-                s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * branch_factor(
-                    s.branch_score, best, bw)
+                bw = (r.spread_weight if spread else r.branch_weight) if node.branch_id in branch_score else \
+                    0.0 if node.id in peers else r.outside_weight
+                s.branch_factor = branch_factor(s.branch_score, best, bw)
+                s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * s.branch_factor
                 scored[node.id] = s
             # Who may be one of the k: not a branch's own task node (it is the context
             # of every hit below it, rendered as their ancestor) unless it stands alone;
@@ -129,13 +141,21 @@ class Retriever:
             with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
             pool = [s for s in scored.values() if s.similarity >= r.min_similarity
                     and not (s.node.type is NodeType.TASK and s.node.id in with_members)
-                    and (s.node.branch_id in branch_score or s.similarity >= r.branch_ratio * top_sim)]
+                    and (s.node.branch_id in branch_score or s.node.id in peers or s.similarity >= ratio * top_sim)]
             # The k best-scored memories, and the standing ones of the opened branches
             # besides; their ancestors come with them as context.
-            hits = heapq.nlargest(k, pool, key=lambda s: s.score)
+            groups: dict[str, list[_Scored]] = {b: [] for b in branch_score}
+            for s in pool:
+                if s.node.branch_id in groups:
+                    groups[s.node.branch_id].append(s)
+            reserved, rest = self._pick(pool, list(groups.values()), k, r.quota_similarity * top_sim)
+            hits = reserved + rest
             standing = self._standing([s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
             titles = {b: scored[b].node.content if b in scored else "" for b in branch_score}
-            picked = sorted([(s, "standing") for s in standing] + [(s, "hit") for s in hits], key=lambda p: -p[0].score)
+            # The budget takes the picks in this order: each opened branch's reserved
+            # places first, then the rest by score.
+            picked = [(s, "hit") for s in reserved] + sorted(
+                [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: -p[0].score)
             recall = self._assemble(conn, query, picked, scored, budget, now)
         return Recall(
             query=query,
@@ -146,6 +166,22 @@ class Retriever:
             budget_tokens=budget,
             dropped=recall[3],
         )
+
+    def _pick(self, pool: Sequence[_Scored], groups: Sequence[Sequence[_Scored]], k: int,
+              floor: float) -> tuple[list[_Scored], list[_Scored]]:
+        """The k hits, as (reserved, rest), each best first. When more than one branch
+        is open, each (in the order located) first reserves its best ``branch_quota``
+        nodes whose similarity reaches ``floor``: a question that opened two sessions
+        gets an answer from each, not ten from the stronger one. The rest of the k go
+        by score."""
+        quota = self.config.retrieval.branch_quota if len(groups) > 1 else 0
+        reserved: dict[str, _Scored] = {}
+        for group in groups if quota else ():
+            for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=lambda s: s.score):
+                if len(reserved) < k:
+                    reserved[s.node.id] = s
+        rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=lambda s: s.score)
+        return sorted(reserved.values(), key=lambda s: -s.score), rest
 
     def _lexical(self, conn: Connection, postings: Sequence[Posting]) -> dict[str, float]:
         """Per node: the share of the query's informative (idf-weighted) terms it holds."""
@@ -257,6 +293,7 @@ class Retriever:
                 ScoredNode(
                     node=node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                     weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=text.count_tokens(line),
+                    branch_factor=s.branch_factor,
                 )
             )
         context = "\n".join(lines)

@@ -64,6 +64,27 @@ def figures(text: str) -> frozenset[str]:
     return frozenset(t for t in terms(text) if any(ch.isdigit() for ch in t))
 
 
+# Questions whose answer gathers several memories that may sit in different
+# branches: counting ("how many", 几个/多少次; not an amount: "how much", 多少钱),
+# totals, order and comparison, time between two things.
+_AGGREGATE = (
+    re.compile(
+        r"\bhow many\b|\b(?:in total|total|altogether|combined|overall)\b"
+        r"|\b(?:first|earlier|before|after|later)\b[^?.!]*\bor\b|\bor\b[^?.!]*\b(?:first|earlier|before|after|later)\b"
+        r"|\bbetween\b|\bboth\b|\bdifference\b|\bcompared?\b|\bin what order\b"
+        r"|\bhow long (?:ago|before|after|between|since)\b|\bhow (?:often|frequently)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"(?:多少|几)[个次天周月年种本件位场项家回]|哪[个一]+先|谁先|先后|一共|总共|总计|合计|先[^？?。]*还是|还是[^？?。]*先|之间|相差|分别|两[个次件项]"),
+)
+
+
+def aggregate_question(text: str) -> bool:
+    """Whether ``text`` asks to count, total, order or compare (English or Chinese):
+    its answer likely gathers memories from more than one branch."""
+    return any(p.search(text) for p in _AGGREGATE)
+
+
 def count_tokens(text: str) -> int:
     """An estimate of an LLM tokenizer's count: one per CJK character or punctuation
     mark, one per four characters of a Latin word (at least one)."""

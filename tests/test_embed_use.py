@@ -4,6 +4,7 @@ switch embedders."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,22 @@ def test_export_and_import_moves_a_memory_to_the_new_embedder(
         assert moved.nodes == moved.reembedded == 2
         assert mem.verify().clean
         assert mem.retrieve(REIMBURSE_PARAPHRASE, k=1).nodes[0].node.content in (REIMBURSE, "处理三月份的差旅报销")
+
+
+def test_the_command_line_opens_a_use_memory_with_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model use-multilingual` opens what the multilingual embedder wrote; without
+    it, the mismatch is a clear error (exit 6 is ConfigError) and nothing changes."""
+    from hybrid_memory.cli import main
+
+    folder = tmp_path / "mem"
+    with MemoryTree.open(folder, config=USE_CONFIG) as mem:
+        task = mem.add("处理三月份的差旅报销", type=NodeType.TASK)
+        mem.add(REIMBURSE, type=NodeType.EVENT, parent=task)
+    capsys.readouterr()
+    assert main(["--path", str(folder), "--model", "use-multilingual", "--json", "retrieve", REIMBURSE_PARAPHRASE]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert REIMBURSE in json.dumps(out, ensure_ascii=False)
+    code = main(["--path", str(folder), "stats"])
+    assert code != 0 and "embedding.model" in capsys.readouterr().err
+    with MemoryTree.open(folder, config=USE_CONFIG) as mem:
+        assert mem.stats().live == 2

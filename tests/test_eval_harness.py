@@ -12,11 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from eval import harness
 from eval.datasets import default_data_dir, load
 from eval.generate import generate
+from eval.systems import CachedEmbedder
 from eval.trace import TraceError, write_trace
 from hybrid_memory.cli import main as cli_main
 
@@ -136,3 +138,34 @@ def test_locomo_slice(tmp_path: Path, embedder: Any) -> None:
     assert systems["hybrid"]["recall_any@10"] > systems["recent"]["recall_any@10"]
     assert systems["hybrid"]["recall_all@10"] >= systems["flat_vector"]["recall_all@10"]
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+def test_embedding_cache_round_trip_skips_the_model(tmp_path: Path, embedder: Any) -> None:
+    """Saved vectors come back for the same texts (long ones too) and the model is
+    not asked again; a text it has not seen is still embedded."""
+    calls: list[int] = []
+
+    class Counting:
+        name, dim = embedder.name, embedder.dim
+
+        def embed(self, texts: Any) -> Any:
+            calls.append(len(texts))
+            return embedder.embed(texts)
+
+        def coverage(self, text: str) -> float:
+            return float(embedder.coverage(text))
+
+    texts = ["the invoice was paid", "发票已经付款了", "long " * 5000]
+    first = CachedEmbedder(Counting())  # type: ignore[arg-type]
+    first.warm(texts)
+    path = tmp_path / "cache" / "model.npz"
+    first.save(path)
+    assert path.stat().st_size < 100_000  # keyed by digest: the long text costs nothing
+    second = CachedEmbedder(Counting())  # type: ignore[arg-type]
+    assert second.load(path) == 3
+    calls.clear()
+    got = second.embed(texts)
+    assert calls == []
+    assert np.allclose(got, first.embed(texts))
+    second.embed(["a text never seen"])
+    assert calls == [1]

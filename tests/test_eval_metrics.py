@@ -54,10 +54,10 @@ def test_percentile_interpolates() -> None:
     assert metrics.mean([]) == 0.0
 
 
-def test_recall_at_tokens_reads_the_curve() -> None:
-    curve = [(100.0, 0.2), (300.0, 0.6), (500.0, 0.7)]
-    assert metrics.at_tokens(curve, 200.0) == pytest.approx(0.4)
-    assert metrics.at_tokens(curve, 300.0) == pytest.approx(0.6)
-    assert metrics.at_tokens(curve, 900.0) == pytest.approx(0.7)  # cannot spend more than it did
-    assert metrics.at_tokens(curve, 50.0) == pytest.approx(0.1)  # below the first point: scaled down
-    assert metrics.at_tokens([], 50.0) == 0.0
+def test_within_tokens_keeps_what_fits_in_rank_order() -> None:
+    ranked = ranks("a", "b", "c", "d")
+    assert metrics.within_tokens(ranked, [50, 80, 30, 10], 100) == ranks("a", "c", "d")  # b is skipped
+    assert metrics.within_tokens(ranked, [50, 80, 30, 10], 0) == []
+    assert metrics.within_tokens(ranked, [1, 1, 1, 1], 1000) == ranked
+    with pytest.raises(ValueError):
+        metrics.within_tokens(ranked, [1, 1], 10)

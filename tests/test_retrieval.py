@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode
+from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, text
 from hybrid_memory.retrieval import branch_factor
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
@@ -224,9 +224,15 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
         if s.reason == "hit":
             assert s.similarity >= cfg.min_similarity
             opened = {b.branch_id for b in recall.branches}
-            bw = cfg.branch_weight if s.node.branch_id in opened else 1.0  # an unopened branch pays in full
+            spread = text.aggregate_question(recall.query or "")
+            bw = (cfg.spread_weight if spread else cfg.branch_weight) if s.node.branch_id in opened else cfg.outside_weight
             factor = branch_factor(s.branch_score, recall.branches[0].score, bw)
-            assert s.score == pytest.approx((cfg.lambda_ * s.similarity + (1 - cfg.lambda_) * s.weight) * factor, abs=1e-6)
+            if s.node.branch_id in opened:
+                assert s.branch_factor == pytest.approx(factor, abs=1e-9)
+            else:  # pays its branch's shortfall in full, or nothing as a lexical peer
+                assert s.branch_factor == pytest.approx(factor, abs=1e-9) or s.branch_factor == 1.0
+            assert s.score == pytest.approx(
+                (cfg.lambda_ * s.similarity + (1 - cfg.lambda_) * s.weight) * s.branch_factor, abs=1e-6)
             assert s.similarity == pytest.approx(
                 dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical, abs=1e-6
             )
@@ -318,6 +324,50 @@ def test_hits_of_one_branch_do_not_leak_other_branches_in_english(open_memory, c
     best = max(picked, key=lambda s: s.score)
     assert best.node.branch_id == ids["trv"], named(recall, ids)
     assert all(s.score < best.score for s in picked if s.node.branch_id not in opened)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_ordering_question_gathers_its_answer_from_two_branches(open_memory, clock, lang):
+    """"Which came first, A or B" needs a memory of each task: the question opens
+    the branches it touches and each places its best memories among the k."""
+    mem = open_memory(**NO_FLUSH)
+    corpus, query = (EN, "Which happened first: submitting the Berlin expense claim or the migration dry run?") \
+        if lang == "en" else (ZH, "提交柏林报销单和数据库迁移演练，哪个先发生？")
+    ids = build(mem, clock, corpus)
+    assert text.aggregate_question(query)
+    recall = mem.retrieve(query, k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    hits = {s.node.id for s in recall.nodes if s.reason == "hit"}
+    assert {ids["exp_submit"], ids["mig_dry"]} <= hits, named(recall, ids)
+    # The same two memories asked about one at a time stay in their own branch.
+    single = mem.retrieve("When did I submit the expense claim?" if lang == "en" else "报销单是哪天提交的？", k=K)
+    assert {s.node.branch_id for s in single.nodes if s.reason == "hit"} == {ids["exp"]}, named(single, ids)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_same_subject_written_in_another_branch_comes_along(open_memory, clock, lang):
+    """A later session that updates a memory of the located task (a knowledge
+    update written elsewhere) holds the query's words as fully as the located
+    branch's best memory: it comes in without paying for its branch."""
+    mem = open_memory(**NO_FLUSH)
+    later = ("wk", "Plans for the weekend", [
+        ("wk_gym", "event", "Went to the gym on Saturday morning."),
+        ("wk_hotel", "event", "Changed the hotel near Shinjuku station to a ryokan in Asakusa for the last three nights."),
+    ]) if lang == "en" else ("wk", "周末安排", [
+        ("wk_gym", "event", "周六上午去了健身房。"),
+        ("wk_hotel", "event", "把新宿车站附近的酒店改成了浅草的旅馆，最后三晚住那里。"),
+    ])
+    ids = build(mem, clock, [*(EN if lang == "en" else ZH), later])
+    query = "Which hotel near Shinjuku station did I book?" if lang == "en" else "新宿车站附近订的是哪家酒店？"
+    recall = mem.retrieve(query, k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    assert recall.branches[0].branch_id == ids["trv"], named(recall, ids)
+    got = {s.node.id: s for s in recall.nodes}
+    assert ids["trv_hotel"] in got and got[ids["trv_hotel"]].reason == "hit", named(recall, ids)
+    update = got.get(ids["wk_hotel"])
+    assert update is not None and update.reason == "hit", named(recall, ids)
+    if ids["wk"] not in {b.branch_id for b in recall.branches}:
+        assert update.branch_factor == 1.0
 
 
 # -- the shape of the context ---------------------------------------------------------

@@ -1,0 +1,46 @@
+"""Text helpers: the lexical terms and the question forms retrieval reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid_memory import text
+
+
+@pytest.mark.parametrize("question", [
+    "How many tickets did the customer open this month?",
+    "How much did I spend on hotels in total?",
+    "Which did I book first, the hotel or the flight?",
+    "Was the refund issued before or after the invoice was corrected?",
+    "How many days passed between the dry run and the cutover?",
+    "What is the difference between the two quotes?",
+    "How often do I go to the gym?",
+    "这个月一共报销了多少钱？",
+    "酒店和机票哪个先订的，还是同一天？",
+    "两次演练之间隔了几天？",
+    "我去了几次健身房？",
+    "提交报销单和迁移演练，哪个先发生？",
+])
+def test_counting_ordering_and_comparing_questions_spread(question: str) -> None:
+    assert text.aggregate_question(question)
+
+
+@pytest.mark.parametrize("question", [
+    "Where am I staying in Tokyo?",
+    "What did finance ask for?",
+    "Which airline did we choose for the trip?",
+    "What is the maintenance window for the migration?",
+    "报销进度到哪一步了？",
+    "How much was the hotel bill?",
+    "报销的总额是多少钱？",
+    "迁移的维护窗口是什么时候？",
+    "用户喜欢靠走道的座位吗？",
+])
+def test_questions_about_one_thing_do_not(question: str) -> None:
+    assert not text.aggregate_question(question)
+
+
+def test_terms_split_latin_words_and_cjk_bigrams() -> None:
+    assert text.terms("The Hotel bill, 860 euros") == ["hotel", "bill", "860", "euros"]
+    assert text.terms("报销进度") == ["报销", "销进", "进度"]
+    assert text.terms("好") == ["好"]
