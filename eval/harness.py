@@ -191,6 +191,8 @@ class Run:
     recoveries: list[bool] = field(default_factory=list)
     gold_checked: int = 0
     gold_forgotten: int = 0
+    #: Gold memories forgotten before their question, by memory type.
+    forgotten_types: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -271,6 +273,8 @@ class Replayer:
             out.gold_checked += 1
             if not system.is_live(self.to_sys[gold]):
                 out.gold_forgotten += 1
+                typ = system.type_of(self.to_sys[gold])
+                out.forgotten_types[typ] = out.forgotten_types.get(typ, 0) + 1
 
     def _ask(self, q: Query) -> Reply:
         vector = self.vectors.embed([q.text])[0]
@@ -365,6 +369,7 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
                 "cap_share": options.forget_cap,
                 "gold_checked": forgetting.gold_checked,
                 "gold_forgotten": forgetting.gold_forgotten,
+                "forgotten_by_type": dict(sorted(forgetting.forgotten_types.items())),
                 "wrongly_forgotten": forgetting.gold_forgotten / forgetting.gold_checked if forgetting.gold_checked else 0.0,
             }
     finally:
@@ -490,7 +495,9 @@ def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> d
             systems[name]["ndcg@hybrid_tokens"] = metrics.mean(ns)
     per_question = [
         {"id": q.id, "namespace": q.namespace, "category": q.category, "text": q.text, "gold": sorted(q.gold),
+         "task": sorted(q.task),
          "systems": {name: {"ranked": [sorted(ids) for ids in run.replies[i].ranked[:k]],
+                            "branch": sorted(run.replies[i].branch or ()),
                             "recall_all": _score(q, run.replies[i], k)["recall_all"],
                             "tokens": run.replies[i].tokens}
                      for name, run in runs.items() if i in run.replies}}

@@ -72,7 +72,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         parts += ["", "## Forgetting", "",
                   f"Live nodes capped at {fo['cap_live_nodes']} ({fo['cap_share']:.0%} of the trace's nodes per memory); "
                   f"{fo['gold_forgotten']} of {fo['gold_checked']} gold memories were forgotten before their question: "
-                  f"wrongly_forgotten {fo['wrongly_forgotten']:.3f}."]
+                  f"wrongly_forgotten {fo['wrongly_forgotten']:.3f}"
+                  + (" (" + ", ".join(f"{t}: {n}" for t, n in fo.get("forgotten_by_type", {}).items()) + ")."
+                     if fo.get("forgotten_by_type") else ".")]
     parts += ["", "## Definitions", ""]
     parts += [f"- **{name}**: {text}" for name, text in results["definitions"].items()]
     notes = results.get("notes")

@@ -236,7 +236,8 @@ class HybridSystem:
     def query(self, text: str, vector: np.ndarray[Any, Any], *, k: int, budget: int, now: float,
               official: bool) -> Answer:
         recall = self._m.retrieve(text, k=k, budget_tokens=budget, now=now, reinforce=official)
-        picked = sorted((s for s in recall.nodes if s.reason != "ancestor"), key=lambda s: -s.score)
+        picked = sorted((s for s in recall.nodes if s.reason != "ancestor"),
+                        key=lambda s: (s.score, s.node.created_at, s.node.content), reverse=True)
         ancestors = [s for s in recall.nodes if s.reason == "ancestor"]
         ranked = [s.node.id for s in picked] + [s.node.id for s in ancestors]
         branch = recall.branches[0].branch_id if recall.branches else None
@@ -247,6 +248,9 @@ class HybridSystem:
 
     def is_live(self, node_id: str) -> bool:
         return self._m.get(node_id).live
+
+    def type_of(self, node_id: str) -> str:
+        return self._m.get(node_id).type.value
 
     def close(self) -> None:
         if self.mem is not None:

@@ -87,6 +87,7 @@ class RetrievalConfig:
 class ForgettingConfig:
     threshold: float
     max_nodes: int
+    superseded: float
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ def _validate(c: Config) -> None:
             unit(value, f"weights.{name}.{key}")
     unit(c.feedback.important_step, "feedback.important_step")
     unit(c.feedback.confirmed_step, "feedback.confirmed_step")
+    unit(c.forgetting.superseded, "forgetting.superseded")
     unit(c.dedup.similarity, "dedup.similarity")
     unit(c.dedup.lexical, "dedup.lexical")
     unit(c.dedup.confidence_step, "dedup.confidence_step")

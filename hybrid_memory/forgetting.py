@@ -6,7 +6,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 
-from .model import Node
+from .model import Node, NodeType
 
 
 def plan_forget(
@@ -50,3 +50,14 @@ def plan_forget(
             if eligible(parent):
                 heapq.heappush(heap, (weights[parent_id], parent_id))
     return plan
+
+
+def superseded_states(nodes: Sequence[Node]) -> set[str]:
+    """The ids of the state nodes that a later state of the same branch supersedes."""
+    latest: dict[str, Node] = {}
+    states = [n for n in nodes if n.type is NodeType.STATE]
+    for n in states:
+        cur = latest.get(n.branch_id)
+        if cur is None or (n.created_at, n.id) > (cur.created_at, cur.id):
+            latest[n.branch_id] = n
+    return {n.id for n in states if latest[n.branch_id].id != n.id}

@@ -77,10 +77,12 @@ class Retriever:
             qterms = list(dict.fromkeys(text.terms(query)))
             postings = self.store.postings(conn, self.namespace, qterms)
             lexical = self._lexical(conn, postings)
-            lex_top = heapq.nlargest(r.candidates, lexical.items(), key=lambda kv: kv[1])
+            lex_top = _top_with_ties(lexical, r.candidates)
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True)
-            missing = [i for i in cand_rows if i not in dense_hits]
-            for node_id, vec in self.store.embeddings(conn, missing).items():
+            # Every candidate's dense score from its stored embedding: the index only
+            # proposes candidates, so its float arithmetic (and an approximate search
+            # that may order near-ties differently after a reload) never decides.
+            for node_id, vec in self.store.embeddings(conn, list(cand_rows)).items():
                 dense_hits[node_id] = float(np.dot(vec, qvec))
 
             def sim(node_id: str) -> float:
@@ -155,7 +157,7 @@ class Retriever:
             # The budget takes the picks in this order: each opened branch's reserved
             # places first, then the rest by score.
             picked = [(s, "hit") for s in reserved] + sorted(
-                [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: -p[0].score)
+                [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: _by_score(p[0]), reverse=True)
             recall = self._assemble(conn, query, picked, scored, budget, now)
         return Recall(
             query=query,
@@ -177,11 +179,11 @@ class Retriever:
         quota = self.config.retrieval.branch_quota if len(groups) > 1 else 0
         reserved: dict[str, _Scored] = {}
         for group in groups if quota else ():
-            for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=lambda s: s.score):
+            for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=_by_score):
                 if len(reserved) < k:
                     reserved[s.node.id] = s
-        rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=lambda s: s.score)
-        return sorted(reserved.values(), key=lambda s: -s.score), rest
+        rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=_by_score)
+        return sorted(reserved.values(), key=_by_score, reverse=True), rest
 
     def _lexical(self, conn: Connection, postings: Sequence[Posting]) -> dict[str, float]:
         """Per node: the share of the query's informative (idf-weighted) terms it holds."""
@@ -205,7 +207,7 @@ class Retriever:
                 others.append(s)
         pool = list(latest_state.values()) + others
         pool = [s for s in pool if s.node.id not in taken]
-        return heapq.nlargest(r.standing_max, pool, key=lambda s: s.weight)
+        return heapq.nlargest(r.standing_max, pool, key=lambda s: (s.weight, s.node.created_at, s.node.content))
 
     def _weight(self, node: Node, now: float) -> float:
         return self.weight_of(node, now)
@@ -238,7 +240,7 @@ class Retriever:
                 s = _Scored(node, weight=self._weight(node, now))
                 s.score = s.weight
                 scored[node.id] = s
-            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in path_ids), key=lambda s: s.score)
+            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in path_ids), key=_by_score)
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
             nodes, context, tokens, dropped = self._assemble(conn, None, picked, scored, budget, now)
@@ -298,6 +300,25 @@ class Retriever:
             )
         context = "\n".join(lines)
         return tuple(out), context, text.count_tokens(context), dropped
+
+
+def _by_score(s: _Scored) -> tuple[float, float, str]:
+    """Best first by score; ties go to the newer memory, then by content, never by
+    id (random): the same memories always give the same answer, in any copy."""
+    return (s.score, s.node.created_at, s.node.content)
+
+
+def _top_with_ties(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
+    """The n best (id, score) pairs and every pair tied with the n-th: a cut through
+    a tie would otherwise depend on the order the store returned them in."""
+    ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+    if len(ranked) <= n:
+        return ranked
+    edge = ranked[n - 1][1]
+    end = n
+    while end < len(ranked) and ranked[end][1] == edge:
+        end += 1
+    return ranked[:end]
 
 
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:

@@ -26,7 +26,7 @@ from .errors import (
     InvalidTypeError,
     NamespaceError,
 )
-from .forgetting import plan_forget
+from .forgetting import plan_forget, superseded_states
 from .model import (
     Checkpoint,
     Drift,
@@ -673,9 +673,10 @@ class MemoryTree:
                 if arow is not None:
                     protected.update(arow.path.rstrip("/").split("/"))
             nodes = [node_from_row(r) for r in rows]
-            plan = plan_forget(
-                nodes, {n.id: self.weight(n, at) for n in nodes}, protected, threshold=thr, max_nodes=cap
-            )
+            weights = {n.id: self.weight(n, at) for n in nodes}
+            for node_id in superseded_states(nodes):
+                weights[node_id] *= f.superseded
+            plan = plan_forget(nodes, weights, protected, threshold=thr, max_nodes=cap)
             ids = [i for i, _ in plan]
             erased: list[str] = []
             if ids and not dry_run:

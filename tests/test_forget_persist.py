@@ -131,6 +131,28 @@ def test_forget_max_nodes_caps_the_live_count(open_memory, clock):
     assert live_ids(mem) == {task.id, pinned.id}  # the active task and the pinned leaf
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_superseded_state_is_forgotten_before_the_state_that_replaced_it(open_memory, clock, lang):
+    """Of two states of a branch only the latest stands; the older one weighs
+    forgetting.superseded of its weight, so a cap takes it before a fact or the
+    current state of the same importance."""
+    mem = open_memory()
+    texts = ("Ship the quarterly report", "Draft is written", "Numbers are checked", "The report is due on Friday") \
+        if lang == "en" else ("提交季度报告", "初稿已经写好", "数据已经核对完毕", "报告周五截止")
+    task = mem.add(texts[0], type="task", parent=ROOT)
+    fact = mem.add(texts[3], type="fact", parent=task, importance=0.5, confidence=0.5)  # the oldest leaf
+    clock.advance(60)
+    old = mem.add(texts[1], type="state", parent=task, importance=0.5, confidence=0.5)
+    clock.advance(60)
+    new = mem.add(texts[2], type="state", parent=task, importance=0.5, confidence=0.5)
+    clock.advance(DAY)
+    assert mem.weight(mem.get(old.id)) > 0.5 * mem.weight(mem.get(new.id))
+    report = mem.forget(threshold=0.0, max_nodes=3)
+    assert list(report.archived) == [old.id]
+    assert report.details[0][1] == pytest.approx(mem.config.forgetting.superseded * mem.weight(mem.get(old.id)))
+    assert status(mem, new.id) == "live" and status(mem, fact.id) == "live"
+
+
 def test_forget_delete_removes_rows_terms_and_vectors(open_memory, clock):
     mem = open_memory()
     n = forest(mem)

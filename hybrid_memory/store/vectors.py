@@ -224,6 +224,7 @@ class ChromaIndex:
             raise StorageError(f"cannot reopen the Chroma index at {self._path}: {exc}") from exc
 
     def _collection(self, namespace: str) -> Any:
+        """The namespace's collection, made on first use."""
         col = self._collections.get(namespace)
         if col is None:
             col = self._ensure().get_or_create_collection(
