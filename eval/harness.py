@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import Config  # noqa: E402
-from hybrid_memory import text as hm_text  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
 
 from . import metrics  # noqa: E402
@@ -49,6 +48,7 @@ from .systems import (  # noqa: E402
     HybridSystem,
     Recent,
     System,
+    line_tokens,
     timed,
 )
 from .trace import OPS, TraceError  # noqa: E402
@@ -125,7 +125,7 @@ def prepare(raw: Iterable[Mapping[str, Any]]) -> Prepared:
             seen.add(e["id"])
             adds += 1
             texts.append(e["content"])
-            full_tokens += hm_text.count_tokens(f"[{e['type']}] {e['content']}")
+            full_tokens += line_tokens(e["type"], e["content"])
             if e["type"] == "task":
                 active = e["id"]
         elif op in ("focus", "feedback"):
@@ -327,8 +327,9 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     prepared = prepare(raw)
     if not prepared.queries:
         raise TraceError("the trace holds no query: nothing to measure")
-    model = {"embedding": {"model": options.model}} if options.model else None
-    config = Config.load(options.config_file, overrides=model) if options.config is None or options.model else options.config
+    config = options.config or Config.load(options.config_file)
+    if options.model:
+        config = replace(config, embedding=replace(config.embedding, model=options.model))
     recover_args = (["--config", str(options.config_file)] if options.config_file else []) + (
         ["--model", options.model] if options.model else [])
     vectors = CachedEmbedder(embedder or make_embedder(config.embedding))
@@ -434,8 +435,7 @@ def _summary(queries: Sequence[Query], replies: Sequence[Reply], k: int) -> dict
 
 def _line_costs(prepared: Prepared) -> dict[str, int]:
     """Trace id -> tokens of the memory's rendered line (as every system counts it)."""
-    return {e["id"]: hm_text.count_tokens(f"[{e.get('type', 'event')}] {e['content']}")
-            for e in prepared.events if e["op"] == "add"}
+    return {e["id"]: line_tokens(e.get("type", "event"), e["content"]) for e in prepared.events if e["op"] == "add"}
 
 
 def _ndcg_cut(cut: Sequence[frozenset[str]], gold: frozenset[str], k: int) -> float:
@@ -572,8 +572,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
         return 2
     try:
         events, source = load_events(args)
-        config = Config.load(args.config, overrides={"embedding": {"model": args.model}} if args.model else None) \
-            if args.config else None
+        config = Config.load(args.config) if args.config else None
         if args.write_trace:
             from .trace import write_trace
 

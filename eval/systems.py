@@ -35,6 +35,7 @@ import numpy as np
 from hybrid_memory import ROOT, Config, MemoryTree
 from hybrid_memory import text as hm_text
 from hybrid_memory.embed import Embedder, Vectors
+from hybrid_memory.retrieval import rank_key
 from hybrid_memory.store.vectors import ChromaIndex
 from hybrid_memory.weights import weight as node_weight
 
@@ -236,8 +237,7 @@ class HybridSystem:
     def query(self, text: str, vector: np.ndarray[Any, Any], *, k: int, budget: int, now: float,
               official: bool) -> Answer:
         recall = self._m.retrieve(text, k=k, budget_tokens=budget, now=now, reinforce=official)
-        picked = sorted((s for s in recall.nodes if s.reason != "ancestor"),
-                        key=lambda s: (s.score, s.node.created_at, s.node.content), reverse=True)
+        picked = sorted((s for s in recall.nodes if s.reason != "ancestor"), key=rank_key, reverse=True)
         ancestors = [s for s in recall.nodes if s.reason == "ancestor"]
         ranked = [s.node.id for s in picked] + [s.node.id for s in ancestors]
         branch = recall.branches[0].branch_id if recall.branches else None
@@ -299,7 +299,7 @@ class _Baseline:
             self.recs[node_id] = _Rec(
                 node_id, parent, typ, e["content"], float(e.get("ts") or 0.0),
                 float(imp) if imp is not None else w.importance_by_type.get(typ, 0.5),
-                w.confidence_by_type.get(typ, 0.7), _line_tokens(typ, e["content"]), branch,
+                w.confidence_by_type.get(typ, 0.7), line_tokens(typ, e["content"]), branch,
             )
             self.order.append(node_id)
             if typ == "task":
@@ -460,7 +460,8 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _line_tokens(typ: str, content: str) -> int:
+def line_tokens(typ: str, content: str) -> int:
+    """Tokens of a memory's rendered line, as every system counts them."""
     return hm_text.count_tokens(f"[{typ}] {content}")
 
 

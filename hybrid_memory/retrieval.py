@@ -16,6 +16,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from sqlalchemy.engine import Connection
@@ -23,6 +24,7 @@ from sqlalchemy.engine import Connection
 from . import text
 from .config import Config
 from .embed import Embedder
+from .forgetting import superseded_states
 from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
@@ -78,12 +80,13 @@ class Retriever:
             postings = self.store.postings(conn, self.namespace, qterms)
             lexical = self._lexical(conn, postings)
             lex_top = _top_with_ties(lexical, r.candidates)
-            cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True)
+            cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
+                                            embedding=True)
             # Every candidate's dense score from its stored embedding: the index only
             # proposes candidates, so its float arithmetic (and an approximate search
             # that may order near-ties differently after a reload) never decides.
-            for node_id, vec in self.store.embeddings(conn, list(cand_rows)).items():
-                dense_hits[node_id] = float(np.dot(vec, qvec))
+            for node_id, row in cand_rows.items():
+                dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec))
 
             def sim(node_id: str) -> float:
                 return blend(dense_hits.get(node_id, 0.0), lexical.get(node_id, 0.0), dense_mix)
@@ -129,7 +132,8 @@ class Retriever:
                 s.similarity = blend(dense, lex, dense_mix)
                 s.weight = self._weight(node, now)
                 s.branch_score = every_branch[node.branch_id]
-                # A node of an unopened branch pays its branch's full shortfall.
+                # Opened branches pay branch_weight (spread_weight for a spreading
+                # question) of their shortfall, other branches outside_weight, peers nothing.
                 bw = (r.spread_weight if spread else r.branch_weight) if node.branch_id in branch_score else \
                     0.0 if node.id in peers else r.outside_weight
                 s.branch_factor = branch_factor(s.branch_score, best, bw)
@@ -157,7 +161,7 @@ class Retriever:
             # The budget takes the picks in this order: each opened branch's reserved
             # places first, then the rest by score.
             picked = [(s, "hit") for s in reserved] + sorted(
-                [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: _by_score(p[0]), reverse=True)
+                [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
             recall = self._assemble(conn, query, picked, scored, budget, now)
         return Recall(
             query=query,
@@ -179,11 +183,11 @@ class Retriever:
         quota = self.config.retrieval.branch_quota if len(groups) > 1 else 0
         reserved: dict[str, _Scored] = {}
         for group in groups if quota else ():
-            for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=_by_score):
+            for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=rank_key):
                 if len(reserved) < k:
                     reserved[s.node.id] = s
-        rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=_by_score)
-        return sorted(reserved.values(), key=_by_score, reverse=True), rest
+        rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=rank_key)
+        return sorted(reserved.values(), key=rank_key, reverse=True), rest
 
     def _lexical(self, conn: Connection, postings: Sequence[Posting]) -> dict[str, float]:
         """Per node: the share of the query's informative (idf-weighted) terms it holds."""
@@ -196,18 +200,9 @@ class Retriever:
         Of ``state`` nodes only the latest per branch stands: it supersedes the rest."""
         r = self.config.retrieval
         pool = [s for s in scored if s.node.type.value in r.standing_types and s.weight >= r.standing_min_weight]
-        latest_state: dict[str, _Scored] = {}
-        others = []
-        for s in pool:
-            if s.node.type is NodeType.STATE:
-                cur = latest_state.get(s.node.branch_id)
-                if cur is None or (s.node.created_at, s.node.id) > (cur.node.created_at, cur.node.id):
-                    latest_state[s.node.branch_id] = s
-            else:
-                others.append(s)
-        pool = list(latest_state.values()) + others
-        pool = [s for s in pool if s.node.id not in taken]
-        return heapq.nlargest(r.standing_max, pool, key=lambda s: (s.weight, s.node.created_at, s.node.content))
+        gone = superseded_states([s.node for s in pool]) | taken
+        return heapq.nlargest(r.standing_max, (s for s in pool if s.node.id not in gone),
+                              key=lambda s: (s.weight, s.node.created_at, s.node.content))
 
     def _weight(self, node: Node, now: float) -> float:
         return self.weight_of(node, now)
@@ -240,7 +235,7 @@ class Retriever:
                 s = _Scored(node, weight=self._weight(node, now))
                 s.score = s.weight
                 scored[node.id] = s
-            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in path_ids), key=_by_score)
+            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in path_ids), key=rank_key)
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
             nodes, context, tokens, dropped = self._assemble(conn, None, picked, scored, budget, now)
@@ -302,9 +297,18 @@ class Retriever:
         return tuple(out), context, text.count_tokens(context), dropped
 
 
-def _by_score(s: _Scored) -> tuple[float, float, str]:
-    """Best first by score; ties go to the newer memory, then by content, never by
-    id (random): the same memories always give the same answer, in any copy."""
+class _Ranked(Protocol):
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def score(self) -> float: ...
+
+
+def rank_key(s: _Ranked) -> tuple[float, float, str]:
+    """The sort key of retrieved memories, largest best: by score; ties go to the
+    newer memory, then by content, never by id (random), so the same memories
+    always give the same answer, in any copy."""
     return (s.score, s.node.created_at, s.node.content)
 
 
@@ -383,4 +387,4 @@ def _clip(text_: str, n: int = 60) -> str:
     return text_ if len(text_) <= n else text_[: n - 1] + "…"
 
 
-__all__ = ["Retriever", "branch_factor"]
+__all__ = ["Retriever", "branch_factor", "rank_key"]

@@ -344,11 +344,14 @@ class SqlStore:
                 return rows
             locked |= ids
 
-    def get_many(self, conn: Connection, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Row[Any]]:
+    def get_many(self, conn: Connection, ids: Iterable[str], *, live_only: bool = False,
+                 embedding: bool = False) -> dict[str, Row[Any]]:
+        """The rows of ``ids`` that exist, by id (with their embedding column if asked)."""
         out: dict[str, Row[Any]] = {}
         ids = list(dict.fromkeys(ids))
+        columns = [*NODE_COLUMNS, nodes.c.embedding] if embedding else NODE_COLUMNS
         for chunk in _chunks(ids, 500):
-            q = select(*NODE_COLUMNS).where(nodes.c.id.in_(chunk))
+            q = select(*columns).where(nodes.c.id.in_(chunk))
             if live_only:
                 q = q.where(nodes.c.status == Status.LIVE.value)
             for row in conn.execute(q):

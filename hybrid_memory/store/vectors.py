@@ -29,6 +29,7 @@ from ..errors import InvalidInputError, StorageError
 EF_SEARCH = 400
 EF_CONSTRUCTION = 200
 
+
 @runtime_checkable
 class VectorIndex(Protocol):
     def upsert(self, namespace: str, ids: Sequence[str], vectors: np.ndarray[Any, Any]) -> None: ...
