@@ -95,10 +95,13 @@ def run_writer(folder: Path, seed: int, kill_after: float) -> Trial:
     pending_add: dict[str, Any] | None = None
     buffer = b""
     started = time.monotonic()
+    killed = False
     while True:
-        if deadline is not None and time.monotonic() >= deadline:
+        if not killed and deadline is not None and time.monotonic() >= deadline:
             proc.send_signal(signal.SIGKILL)
-            break
+            # Keep reading to the end of the pipe: every line the writer printed
+            # before it died (an attempt whose write committed, an ack) counts.
+            killed = True
         if deadline is None and time.monotonic() - started > 300:
             proc.kill()
             raise RuntimeError(f"writer {seed} never became ready")
@@ -107,6 +110,8 @@ def run_writer(folder: Path, seed: int, kill_after: float) -> Trial:
             continue
         chunk = os.read(fd, 65536)
         if not chunk:
+            if killed:
+                break
             proc.wait()
             raise RuntimeError(f"writer {seed} exited by itself with {proc.returncode}")
         buffer += chunk
