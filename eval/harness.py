@@ -193,6 +193,8 @@ class Run:
     gold_forgotten: int = 0
     #: Gold memories forgotten before their question, by memory type.
     forgotten_types: dict[str, int] = field(default_factory=dict)
+    #: The trace ids of those gold memories.
+    forgotten_gold: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -275,6 +277,7 @@ class Replayer:
                 out.gold_forgotten += 1
                 typ = system.type_of(self.to_sys[gold])
                 out.forgotten_types[typ] = out.forgotten_types.get(typ, 0) + 1
+                out.forgotten_gold.append(gold)
 
     def _ask(self, q: Query) -> Reply:
         vector = self.vectors.embed([q.text])[0]
@@ -371,6 +374,7 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
                 "gold_checked": forgetting.gold_checked,
                 "gold_forgotten": forgetting.gold_forgotten,
                 "forgotten_by_type": dict(sorted(forgetting.forgotten_types.items())),
+                "forgotten_gold": forgetting.forgotten_gold,
                 "wrongly_forgotten": forgetting.gold_forgotten / forgetting.gold_checked if forgetting.gold_checked else 0.0,
             }
     finally:

@@ -69,6 +69,7 @@ class RetrievalConfig:
     branch_weight: float
     outside_weight: float
     lexical_peer: float
+    small_memory: bool
     spread_branches: int
     branch_quota: int
     quota_similarity: float

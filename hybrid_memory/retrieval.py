@@ -101,8 +101,14 @@ class Retriever:
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
-            # A counting / ordering / comparing question spreads over more branches.
-            spread = text.aggregate_question(query)
+            # A counting / ordering / comparing question spreads over more branches,
+            # each of which reserves places among the k. So does any question to a
+            # memory of no more branches than such a question opens, without the
+            # reserved places: with so few branches, a located one singles out
+            # little, and an answer in another costs only a small shortfall.
+            aggregate = text.aggregate_question(query)
+            spread = aggregate or (
+                r.small_memory and not self.store.has_more_branches(conn, self.namespace, r.spread_branches))
             n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
@@ -154,7 +160,8 @@ class Retriever:
             for s in pool:
                 if s.node.branch_id in groups:
                     groups[s.node.branch_id].append(s)
-            reserved, rest = self._pick(pool, list(groups.values()), k, r.quota_similarity * top_sim)
+            reserved, rest = self._pick(pool, list(groups.values()) if aggregate or not spread else [], k,
+                                        r.quota_similarity * top_sim)
             hits = reserved + rest
             standing = self._standing([s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
             titles = {b: scored[b].node.content if b in scored else "" for b in branch_score}

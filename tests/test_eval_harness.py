@@ -118,7 +118,12 @@ def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, emb
     # Answers after a restart equal an uninterrupted run's (a second memory with other
     # random ids: ties are never broken by id).
     assert results["recovery"]["answers_equal"] == 1.0
-    assert 0.0 <= results["forgetting"]["wrongly_forgotten"] <= 1.0
+    forgetting = results["forgetting"]
+    assert 0.0 <= forgetting["wrongly_forgotten"] <= 1.0
+    # Which gold memories were forgotten is listed (trace ids), one per count.
+    gold = {g for e in events if e["op"] == "query" for g in e["gold"]}
+    assert len(forgetting["forgotten_gold"]) == forgetting["gold_forgotten"] == sum(forgetting["forgotten_by_type"].values())
+    assert set(forgetting["forgotten_gold"]) <= gold
     curve = hybrid["recall_all@k"]
     assert len(curve) == 20 and curve == sorted(curve)  # recall@k never falls as k grows
 

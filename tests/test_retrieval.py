@@ -184,6 +184,15 @@ def preorder(nodes: Sequence[ScoredNode]) -> list[str]:
     return out
 
 
+def spreads(mem: MemoryTree, query: str) -> bool:
+    """Whether retrieval gathers from several branches for ``query``: a counting or
+    ordering question, or a memory of no more branches than such a question opens."""
+    cfg = mem.config.retrieval
+    with mem.store.reading() as conn:
+        small = not mem.store.has_more_branches(conn, mem.namespace, cfg.spread_branches)
+    return text.aggregate_question(query) or (cfg.small_memory and small)
+
+
 def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, now: float) -> None:
     """What must hold for every recall, whatever was found."""
     cfg = mem.config.retrieval
@@ -224,7 +233,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
         if s.reason == "hit":
             assert s.similarity >= cfg.min_similarity
             opened = {b.branch_id for b in recall.branches}
-            spread = text.aggregate_question(recall.query or "")
+            spread = spreads(mem, recall.query or "")
             bw = (cfg.spread_weight if spread else cfg.branch_weight) if s.node.branch_id in opened else cfg.outside_weight
             factor = branch_factor(s.branch_score, recall.branches[0].score, bw)
             if s.node.branch_id in opened:
@@ -307,7 +316,7 @@ def test_chinese_progress_query_returns_the_expense_branch_with_its_latest_state
 
 
 def test_hits_of_one_branch_do_not_leak_other_branches_in_english(open_memory, clock):
-    mem = open_memory()
+    mem = open_memory(retrieval={"small_memory": False})  # four tasks: focus, not the small-memory spread
     ids = build(mem, clock, EN)
     recall = mem.retrieve("Where am I staying in Tokyo?")
     assert recall.branches[0].branch_id == ids["trv"]
@@ -368,6 +377,75 @@ def test_the_same_subject_written_in_another_branch_comes_along(open_memory, clo
     assert update is not None and update.reason == "hit", named(recall, ids)
     if ids["wk"] not in {b.branch_id for b in recall.branches}:
         assert update.branch_factor == 1.0
+
+
+SESSIONS: dict[str, Corpus] = {
+    "en": [
+        ("s1", "Chat session, March 11", [
+            ("s1_bag", "event", "Looking for a camera bag that fits a body and three lenses."),
+            ("s1_lens", "event", "I bought a 50mm prime lens last week for portraits in low light."),
+            ("s1_tripod", "event", "Compared two carbon tripods; the lighter one costs 40 dollars more."),
+        ]),
+        ("s2", "Chat session, August 30", [
+            ("s2_trip", "event", "Planning a weekend hike to photograph the autumn colours."),
+            ("s2_lens", "event", "My new 14-24mm wide-angle lens arrived yesterday, replacing the 50mm on trips."),
+            ("s2_filter", "event", "Asked which polarising filter suits landscapes at midday."),
+        ]),
+    ],
+    "zh": [
+        ("s1", "对话，三月十一日", [
+            ("s1_bag", "event", "在找一个能装一台机身和三支镜头的相机包。"),
+            ("s1_lens", "event", "上周买了一支50mm定焦镜头，用来在暗光下拍人像。"),
+            ("s1_tripod", "event", "比较了两款碳纤维三脚架，轻的那款贵四十块。"),
+        ]),
+        ("s2", "对话，八月三十日", [
+            ("s2_trip", "event", "计划周末去徒步，拍秋天的红叶。"),
+            ("s2_lens", "event", "新买的14-24mm广角镜头昨天到了，出门时代替那支50mm。"),
+            ("s2_filter", "event", "问了中午拍风景适合用哪种偏振镜。"),
+        ]),
+    ],
+}
+SESSION_QUERY = {"en": "Which camera lens did I buy most recently?", "zh": "我最近买的是哪支相机镜头？"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_small_memory_answers_from_every_session_that_holds_the_subject(open_memory, clock, lang):
+    """With no more branches than a counting question opens (a few chat sessions),
+    a question names no count, yet its answer spans sessions (a purchase, then a
+    newer one): every session near the best is opened and pays a small shortfall."""
+    query = SESSION_QUERY[lang]
+    assert not text.aggregate_question(query)
+    mem = open_memory(**NO_FLUSH)
+    ids = build(mem, clock, SESSIONS[lang])
+    assert spreads(mem, query)
+    recall = mem.retrieve(query, k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    hits = {s.node.id for s in recall.nodes if s.reason == "hit"}
+    assert {ids["s1_lens"], ids["s2_lens"]} <= hits, named(recall, ids)
+    assert {b.branch_id for b in recall.branches} == {ids["s1"], ids["s2"]}, named(recall, ids)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_large_memory_or_the_setting_off_locates_one_branch_first(open_memory, clock, lang):
+    """The same question to a memory of more branches than spread_branches, or with
+    retrieval.small_memory off, is located and focused as usual."""
+    query = SESSION_QUERY[lang]
+    off = open_memory(namespace="off", retrieval={"small_memory": False}, **NO_FLUSH)
+    build(off, clock, SESSIONS[lang])
+    assert not spreads(off, query)
+    recall = off.retrieve(query, k=K)
+    check_invariants(off, recall, k=K, budget=off.config.retrieval.budget_tokens, now=clock.now)
+    cfg = off.config.retrieval
+    assert len(recall.branches) <= cfg.branches
+    assert all(b.score >= cfg.branch_ratio * recall.branches[0].score for b in recall.branches)
+
+    big = open_memory(namespace="big", **NO_FLUSH)
+    build(big, clock, [*SESSIONS[lang], *(EN if lang == "en" else ZH),
+                       *[(f"x{i}", f"Side task {i}" if lang == "en" else f"其他任务{i}", []) for i in range(3)]])
+    assert big.stats().live and not spreads(big, query)
+    recall = big.retrieve(query, k=K)
+    check_invariants(big, recall, k=K, budget=big.config.retrieval.budget_tokens, now=clock.now)
+    assert len(recall.branches) <= cfg.branches
 
 
 # -- the shape of the context ---------------------------------------------------------

@@ -507,6 +507,17 @@ class SqlStore:
         )
         return [(r[0], r[1], r[2]) for r in conn.execute(q)]
 
+    def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
+        """Whether the namespace's live nodes fall into more than ``than`` branches (reads
+        at most ``than + 1`` distinct branch ids off the branch index)."""
+        q = (
+            select(nodes.c.branch_id)
+            .where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+            .distinct()
+            .limit(than + 1)
+        )
+        return len(conn.execute(q).all()) > than
+
     def subtree_all(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         """Every node of the namespace, live or archived."""
         return list(conn.execute(select(*NODE_COLUMNS).where(nodes.c.namespace == namespace)))
