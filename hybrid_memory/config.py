@@ -70,6 +70,7 @@ class RetrievalConfig:
     outside_weight: float
     lexical_peer: float
     small_memory: bool
+    by_family: bool
     spread_branches: int
     branch_quota: int
     quota_similarity: float

@@ -16,7 +16,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy.engine import Connection
@@ -88,16 +88,7 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec))
 
-            def sim(node_id: str) -> float:
-                return blend(dense_hits.get(node_id, 0.0), lexical.get(node_id, 0.0), dense_mix)
-
-            per_branch: dict[str, list[float]] = defaultdict(list)
-            for node_id, row in cand_rows.items():
-                per_branch[row.branch_id].append(sim(node_id))
-            scored_branches = sorted(
-                ((sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True), strict=False)), b, len(sims)) for b, sims in per_branch.items()),
-                reverse=True,
-            )
+            scored_branches = _branch_scores(cand_rows, postings, dense_hits, lexical, dense_mix, r.by_family)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
@@ -342,6 +333,46 @@ def branch_factor(branch_score: float, best: float, branch_weight: float) -> flo
 
 def _idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def _branch_scores(
+    cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
+    lexical: Mapping[str, float], dense_mix: float, by_family: bool,
+) -> list[tuple[float, str, int]]:
+    """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
+    first. A branch scores its best candidate's similarity plus a little for breadth.
+
+    ``by_family``: a task and its subtasks (a family: one top-level task's tree) name
+    the same ticket or person, so the family is scored as one, over all its
+    candidates, and its branches are then told apart by the words they do not share:
+    within the family those shared words weigh almost nothing (idf counted among the
+    family's candidates), and the question's other words ("panel", "refund") decide
+    which branch comes first. Each branch gets the family's score times its share
+    of the best branch of the family.
+    """
+    groups: dict[str, dict[str, Any]] = defaultdict(dict)
+    for i, row in cand_rows.items():
+        groups[row.path.split("/", 1)[0] if by_family else row.branch_id][i] = row
+    out: list[tuple[float, str, int]] = []
+    for members in groups.values():
+        score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
+        count = Counter(row.branch_id for row in members.values())
+        if len(count) == 1:
+            out += [(score, b, n) for b, n in count.items()]
+            continue
+        local = _idf_share([p for p in postings if p[1] in members], len(members))
+        sims: dict[str, list[float]] = defaultdict(list)
+        for i, row in members.items():
+            sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix))
+        inner = {b: _branch_score(v) for b, v in sims.items()}
+        top = max(inner.values())
+        out += [(score * inner[b] / top if top > 0 else score, b, n) for b, n in count.items()]
+    return sorted(out, reverse=True)
+
+
+def _branch_score(sims: Sequence[float]) -> float:
+    """The best similarity, plus a little for breadth (a second and third)."""
+    return sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True), strict=False))
 
 
 def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:

@@ -448,6 +448,58 @@ def test_a_large_memory_or_the_setting_off_locates_one_branch_first(open_memory,
     assert len(recall.branches) <= cfg.branches
 
 
+# A trip (a task) and its visa subtask name the same trip id and traveller; the question
+# asks about the visa's invitation letter. Another trip of the same kind has a twin memory.
+FAMILY = {
+    "en": [
+        ("trip", "Business trip TRV-9459: Elena Taylor to Tokyo for PyCon on May 3", [
+            ("trip_state", "state", "Trip TRV-9459: request received, dates confirmed with Elena Taylor"),
+            ("trip_flight", "fact", "Outbound flight for TRV-9459: NH 212, leaving May 1 at 11:40"),
+            ("trip_seat", "preference", "Elena Taylor always wants an aisle seat and no red-eye flights"),
+            ("visa", "task", "Prepare the visa paperwork for TRV-9459"),
+            ("visa_letter", "event", "HR issued the invitation letter for Elena Taylor's visa", "visa"),
+            ("visa_photo", "fact", "The consulate wants two passport photos on a white background", "visa"),
+        ]),
+        ("trip2", "Business trip TRV-3368: Fatima Davis to Madrid for the partner summit on June 9", [
+            ("trip2_state", "state", "Trip TRV-3368: request received, dates confirmed with Fatima Davis"),
+            ("trip2_letter", "event", "HR issued the invitation letter for Fatima Davis's visa"),
+        ]),
+    ],
+    "zh": [
+        ("trip", "出差TRV-9459：刘芳五月三日去东京参加PyCon", [
+            ("trip_state", "state", "出差TRV-9459：已收到申请，和刘芳确认了日期"),
+            ("trip_flight", "fact", "TRV-9459的去程航班：NH 212，五月一日11:40起飞"),
+            ("trip_seat", "preference", "刘芳总是要靠过道的座位，不坐红眼航班"),
+            ("visa", "task", "准备TRV-9459的签证材料"),
+            ("visa_letter", "event", "人事部已经为刘芳的签证开出了邀请函", "visa"),
+            ("visa_photo", "fact", "领事馆要两张白底护照照片", "visa"),
+        ]),
+        ("trip2", "出差TRV-3368：赵敏六月九日去马德里参加合作伙伴峰会", [
+            ("trip2_state", "state", "出差TRV-3368：已收到申请，和赵敏确认了日期"),
+            ("trip2_letter", "event", "人事部已经为赵敏的签证开出了邀请函"),
+        ]),
+    ],
+}
+FAMILY_QUERY = {"en": "Has the invitation letter for Elena Taylor's trip TRV-9459 been issued?",
+                "zh": "刘芳出差TRV-9459的邀请函开出来了吗？"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_subtask_holding_the_questions_own_words_is_located_before_its_parent(open_memory, clock, lang):
+    """The parent's status lines name the same trip and traveller as the question;
+    within the family those words say nothing, the invitation letter does."""
+    mem = open_memory(**NO_FLUSH)
+    ids = build(mem, clock, [*FAMILY[lang], *(EN if lang == "en" else ZH)])
+    recall = mem.retrieve(FAMILY_QUERY[lang], k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    assert recall.branches[0].branch_id == ids["visa"], named(recall, ids)
+    assert ids["visa_letter"] in {s.node.id for s in recall.nodes if s.reason == "hit"}, named(recall, ids)
+    if lang == "zh":  # scored branch by branch, the parent's status line wins
+        off = open_memory(namespace="off", retrieval={"by_family": False}, **NO_FLUSH)
+        off_ids = build(off, clock, [*FAMILY[lang], *ZH])
+        assert off.retrieve(FAMILY_QUERY[lang], k=K).branches[0].branch_id == off_ids["trip"]
+
+
 # -- the shape of the context ---------------------------------------------------------
 
 

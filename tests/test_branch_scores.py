@@ -1,0 +1,85 @@
+"""Stage-1 branch scoring arithmetic (retrieval._branch_scores), on hand-made scores.
+
+The candidates carry made-up dense and lexical scores, so these tests check the
+arithmetic only; the behaviour with the real model is in test_retrieval.py.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+from hybrid_memory.retrieval import _branch_scores
+
+MIX = 0.7  # dense share of the blend
+
+
+class Row(NamedTuple):
+    branch_id: str
+    path: str
+
+
+def blend(d: float, lex: float) -> float:
+    return MIX * d + (1 - MIX) * lex
+
+
+# A family: task P (an expense claim) and its subtask S (collecting receipts). P's
+# status lines name the claim and the claimant, as the question does; S's memory
+# holds the question's own word ("folio"). Another family, Q, is a distractor of
+# the same kind with one memory.
+ROWS = {
+    "p_state": Row("P", "P/p_state/"),
+    "p_event": Row("P", "P/p_event/"),
+    "s_folio": Row("S", "P/S/s_folio/"),
+    "q_state": Row("Q", "Q/q_state/"),
+}
+DENSE = {"p_state": 0.75, "p_event": 0.70, "s_folio": 0.62, "q_state": 0.74}
+# Postings (term, node, tf): "3187" and "jessica" are in every memory of the family;
+# "folio" only in S's.
+POSTINGS = [
+    ("3187", "p_state", 1), ("jessica", "p_state", 1),
+    ("3187", "p_event", 1), ("jessica", "p_event", 1),
+    ("3187", "s_folio", 1), ("jessica", "s_folio", 1), ("folio", "s_folio", 1),
+    ("jessica", "q_state", 1),
+]
+# Global lexical shares (what the whole memory says): the claim id is rare, "folio" rarer.
+LEXICAL = {"p_state": 0.55, "p_event": 0.55, "s_folio": 0.80, "q_state": 0.15}
+
+
+def scores(by_family: bool) -> dict[str, float]:
+    return {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, by_family)}
+
+
+def test_without_families_each_branch_scores_its_own_candidates() -> None:
+    got = scores(False)
+    assert got["P"] == pytest.approx(blend(0.75, 0.55) + 0.15 * blend(0.70, 0.55))
+    assert got["S"] == pytest.approx(blend(0.62, 0.80))
+    assert got["Q"] == pytest.approx(blend(0.74, 0.15))
+    assert got["P"] > got["S"]  # the parent's status lines win
+
+
+def test_a_family_is_scored_as_one_and_its_branches_by_the_words_they_do_not_share() -> None:
+    got = scores(True)
+    # The family's score: all its candidates together, on the global blend.
+    best, second, third = sorted([blend(0.75, 0.55), blend(0.70, 0.55), blend(0.62, 0.80)], reverse=True)
+    family = best + 0.15 * second + 0.05 * third
+    assert max(got["P"], got["S"]) == pytest.approx(family)
+    # Inside the family the claim id and the name weigh almost nothing, "folio" all:
+    # the subtask holding the question's own word comes first.
+    assert got["S"] > got["P"]
+    assert got["S"] == pytest.approx(family)
+    # The other family is untouched.
+    assert got["Q"] == pytest.approx(blend(0.74, 0.15))
+
+
+def test_order_is_best_first_and_counts_candidates() -> None:
+    ranked = _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True)
+    assert [s for s, _, _ in ranked] == sorted((s for s, _, _ in ranked), reverse=True)
+    assert {b: n for _, b, n in ranked} == {"P": 2, "S": 1, "Q": 1}
+
+
+def test_a_family_with_no_similarity_keeps_its_score() -> None:
+    rows = {"a": Row("A", "A/a/"), "b": Row("B", "A/B/b/")}
+    ranked = _branch_scores(rows, [], {}, {}, MIX, True)
+    assert {b: s for s, b, _ in ranked} == {"A": 0.0, "B": 0.0}
