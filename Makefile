@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: install demo test eval lint typecheck clean
+.PHONY: install demo test eval bench lint typecheck clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ eval: $(STAMP)
 	$(BIN)/python -m eval --generate $(EVAL_NODES) --lang en --out eval-out/generated-en
 	$(BIN)/python -m eval --generate $(EVAL_NODES) --lang zh --out eval-out/generated-zh
 
+# Speed and scale on generated traces; results.json and table.md land in bench-out/.
+BENCH_SIZES ?= 1000,10000
+bench: $(STAMP)
+	$(BIN)/python -m eval.bench --sizes $(BENCH_SIZES) --out bench-out
+
 lint: $(STAMP)
 	$(BIN)/ruff check hybrid_memory tests examples eval
 
@@ -39,4 +44,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis demo-memory eval-out
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis demo-memory eval-out bench-out

@@ -422,31 +422,40 @@ def build_parser() -> argparse.ArgumentParser:
                                "and report hit rate, tokens, latency, recovery and forgetting. "
                                "Its options: hybrid-memory eval --help.",
                    add_help=False)
+    sub.add_parser("bench", help="benchmark speed and scale (see hybrid-memory bench --help)",
+                   description="Benchmarks on generated traces: ingest, retrieval beside a bare Chroma query, "
+                               "reopen, forget, memory and disk. Its options: hybrid-memory bench --help.",
+                   add_help=False)
     _add_portability_commands(sub)  # portability
     _add_index_commands(sub)
     return p
 
 
-def run_eval(argv: Sequence[str]) -> int:
-    """``hybrid-memory eval ...``: the offline evaluation, which lives beside the
-    package in the source tree (``eval/``), not inside it."""
+def run_eval(argv: Sequence[str], command: str = "eval") -> int:
+    """``hybrid-memory eval ...`` and ``hybrid-memory bench ...``: the offline
+    evaluation and the benchmarks, which live beside the package in the source tree
+    (``eval/``), not inside it."""
     if "" not in sys.path and os.path.isfile(os.path.join("eval", "harness.py")):
         sys.path.insert(0, os.getcwd())  # a non-editable install run from the checkout
     try:
+        from eval.bench import main as bench_main  # type: ignore[import-not-found,unused-ignore]
         from eval.harness import main as eval_main  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        print("error [config_error]: hybrid-memory eval runs from a source checkout of hybrid_memory "
+        print(f"error [config_error]: hybrid-memory {command} runs from a source checkout of hybrid_memory "
               "(it needs the eval/ folder beside the package; run it from the checkout's top folder)",
               file=sys.stderr)
         return ConfigError.exit_code
-    code: int = eval_main(list(argv), prog="hybrid-memory eval")
+    if command == "bench":
+        code: int = bench_main(list(argv), prog="hybrid-memory bench")
+    else:
+        code = eval_main(list(argv), prog="hybrid-memory eval")
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["eval"]:
-        return run_eval(argv[1:])
+    if argv[:1] in (["eval"], ["bench"]):
+        return run_eval(argv[1:], argv[0])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -1,0 +1,246 @@
+"""Speed and scale: hybrid_memory beside the floor it stands on, in one run.
+
+    python -m eval.bench --sizes 1000,10000 --out bench-out
+    make bench            # the same, sizes 1k and 10k
+    hybrid-memory bench --sizes 1000
+
+For each size a trace is generated (the evaluation's generator, so the workload
+has interleaved tasks, subtasks and questions with known answers) and measured:
+
+- ingest: the raw embedding throughput of the same texts (batch 1 latency and
+  batched throughput), ``add_many`` in nodes/s, single ``add`` p50/p95 latency;
+- retrieval: ``retrieve`` p50/p95/p99 with the query embedding and without it
+  (the second pass reads the query vectors from a cache), beside a bare Chroma
+  top-k query with the same vector on the same collection (``flat_vector``), and
+  recall_all@10 of both on the trace's questions, so speed is never bought with
+  quality;
+- reopen and recover, a forget pass (dry run down to half the nodes), resident
+  memory after opening and after 1,000 retrievals, bytes on disk per node.
+
+Figures are for this machine and this run; compare the columns of one run, not
+runs of different days. The latest table is kept in eval/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tqdm import tqdm  # noqa: E402
+
+from hybrid_memory import ROOT, MemoryTree  # noqa: E402
+from hybrid_memory.config import Config  # noqa: E402
+from hybrid_memory.embed import make_embedder  # noqa: E402
+from hybrid_memory.retrieval import rank_key  # noqa: E402
+
+from .generate import generate  # noqa: E402
+from .metrics import recall_all  # noqa: E402
+from .systems import CachedEmbedder  # noqa: E402
+
+#: Single adds measured one by one (the rest of the trace goes in with add_many).
+SINGLE_ADDS = 200
+#: Retrievals behind the resident-memory reading.
+RSS_RETRIEVALS = 1000
+K = 10
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def timed_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, (time.perf_counter() - start) * 1000.0
+
+
+def rss_mb() -> float:
+    """Resident memory of this process in MB (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def disk_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def latency(values: Sequence[float]) -> dict[str, float]:
+    return {"p50": round(pct(values, 0.5), 3), "p95": round(pct(values, 0.95), 3), "p99": round(pct(values, 0.99), 3)}
+
+
+def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, queries: int,
+               progress: bool) -> dict[str, Any]:
+    """Every figure for one generated trace of ``nodes`` memories."""
+    events = generate(nodes, lang=lang, seed=seed)
+    adds = [e for e in events if e["op"] == "add"]
+    asked = [e for e in events if e["op"] == "query"][:queries]
+    steps = tqdm(total=7, desc=f"bench {nodes:,}", unit="step", disable=not progress, leave=False, file=sys.stderr)
+    out: dict[str, Any] = {"nodes": len(adds), "queries": len(asked)}
+
+    real = make_embedder(config.embedding)
+    texts = [e["content"] for e in adds]
+    real.embed(texts[:8])  # load and warm the model outside the clock
+    sample = texts[-512:]
+    _, ms = timed_ms(lambda: real.embed(sample))
+    singles = [timed_ms(partial(real.embed, [t]))[1] for t in sample[:50]]
+    out["embedding"] = {"batch_texts_per_s": round(len(sample) / (ms / 1000.0), 1),
+                        "batch_size": config.embedding.batch_size,
+                        "single_ms": latency(singles)}
+    steps.update()
+
+    vectors = CachedEmbedder(real)
+    folder = workdir / f"mem-{nodes}"
+    to_sys: dict[str, str] = {}
+    from_sys: dict[str, str] = {}
+    cut = max(len(adds) - SINGLE_ADDS, len(adds) // 2)
+    bulk, tail = adds[:cut], adds[cut:]
+    with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=config) as mem:
+        out["rss_mb_after_open"] = round(rss_mb(), 1)
+        start = time.perf_counter()
+        for i in range(0, len(bulk), 512):
+            chunk = bulk[i : i + 512]
+            items = [{"key": e["id"], "content": e["content"], "type": e["type"], "ts": e["ts"],
+                      "parent": ROOT if e["parent"] is None else to_sys.get(e["parent"], e["parent"])}
+                     for e in chunk]
+            for e, node in zip(chunk, mem.add_many(items), strict=True):
+                to_sys[e["id"]] = node.id
+                from_sys.setdefault(node.id, e["id"])
+        out["add_many_nodes_per_s"] = round(len(bulk) / (time.perf_counter() - start), 1)
+        steps.update()
+
+        single: list[float] = []
+        for e in tail:
+            parent = ROOT if e["parent"] is None else to_sys[e["parent"]]
+            node, ms = timed_ms(partial(mem.add, e["content"], type=e["type"], parent=parent, ts=e["ts"]))
+            single.append(ms)
+            to_sys[e["id"]] = node.id
+            from_sys.setdefault(node.id, e["id"])
+        if single:
+            out["add_ms"] = latency(single)
+        steps.update()
+
+        # Retrieval: the first pass embeds each question, the second reads its vector
+        # from the cache; the bare Chroma query takes the same vector.
+        with_embedding, without, bare = [], [], []
+        hybrid_hits, flat_hits = [], []
+        for q in asked:
+            _, ms = timed_ms(partial(mem.retrieve, q["text"], k=K, reinforce=False))
+            with_embedding.append(ms)
+        for q in asked:
+            recall, ms = timed_ms(partial(mem.retrieve, q["text"], k=K, reinforce=False))
+            without.append(ms)
+            picked = sorted((s for s in recall.nodes if s.reason != "ancestor"), key=rank_key, reverse=True)
+            gold = frozenset(q["gold"])
+            hybrid_hits.append(recall_all([frozenset({from_sys.get(s.node.id, "")}) for s in picked], gold, K))
+            vec = vectors.embed([q["text"]])
+            found, ms = timed_ms(partial(mem.index.query, "bench", vec, K))
+            bare.append(ms)
+            flat_hits.append(recall_all([frozenset({from_sys.get(i, "")}) for i, _ in found[0]], gold, K))
+        if asked:
+            out["retrieve_ms"] = latency(with_embedding)
+            out["retrieve_no_embedding_ms"] = latency(without)
+            out["flat_vector_ms"] = latency(bare)
+            out["retrieve_over_flat_p50"] = round(pct(without, 0.5) / max(pct(bare, 0.5), 1e-6), 2)
+            out["recall_all@10"] = {"hybrid": round(statistics.fmean(hybrid_hits), 3),
+                                    "flat_vector": round(statistics.fmean(flat_hits), 3)}
+        steps.update()
+
+        for i in range(RSS_RETRIEVALS if asked else 0):
+            mem.retrieve(asked[i % len(asked)]["text"], k=K)
+        out["rss_mb_after_retrievals"] = round(rss_mb(), 1)
+        live = mem.stats().live
+        steps.update()
+
+    _, ms = timed_ms(lambda: _reopen(folder, vectors, config))
+    out["open_recover_ms"] = round(ms, 1)
+    steps.update()
+    with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=config) as mem:
+        report, ms = timed_ms(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
+        out["forget_dry_run_ms"] = round(ms, 1)
+        out["forget_would_archive"] = len(report.details)
+    out["live_nodes"] = live
+    out["disk_bytes_per_node"] = round(disk_bytes(folder) / max(live, 1), 1)
+    steps.update()
+    steps.close()
+    return out
+
+
+def _reopen(folder: Path, embedder: CachedEmbedder, config: Config) -> None:
+    with MemoryTree.open(folder, namespace="bench", embedder=embedder, config=config) as mem:
+        mem.recover()
+
+
+def table(results: dict[str, Any]) -> str:
+    """The markdown table of a run."""
+    head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | retrieve p50/p95 ms "
+            "| no-embed p50/p95 ms | flat_vector p50/p95 ms | ratio | recall hybrid / flat "
+            "| open+recover ms | forget ms | RSS MB | bytes/node |")
+    rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in results["sizes"].values():
+        rv, nv, fv = r.get("retrieve_ms", {}), r.get("retrieve_no_embedding_ms", {}), r.get("flat_vector_ms", {})
+        rec = r.get("recall_all@10", {})
+        rows.append(
+            f"| {r['nodes']:,} | {r['embedding']['batch_texts_per_s']:.0f} | {r['add_many_nodes_per_s']:.0f} "
+            f"| {r.get('add_ms', {}).get('p50', float('nan')):.1f} | {r['embedding']['single_ms']['p50']:.1f} "
+            f"| {rv.get('p50', 0):.1f} / {rv.get('p95', 0):.1f} | {nv.get('p50', 0):.1f} / {nv.get('p95', 0):.1f} "
+            f"| {fv.get('p50', 0):.2f} / {fv.get('p95', 0):.2f} | {r.get('retrieve_over_flat_p50', 0):.1f}x "
+            f"| {rec.get('hybrid', 0):.3f} / {rec.get('flat_vector', 0):.3f} | {r['open_recover_ms']:.0f} "
+            f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} | {r['disk_bytes_per_node']:.0f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog, description="Benchmark hybrid_memory on generated traces.")
+    p.add_argument("--sizes", default="1000,10000", help="comma-separated trace sizes in nodes (default 1000,10000)")
+    p.add_argument("--lang", choices=("en", "zh"), default="en")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--queries", type=int, default=200, help="questions timed per size (default 200)")
+    p.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration")
+    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    if not sizes or min(sizes) < 50 or args.queries < 1:
+        p.error("every size must be at least 50 nodes and --queries at least 1")
+    config = Config.load(args.config)
+    results: dict[str, Any] = {"sizes": {}, "lang": args.lang, "seed": args.seed, "model": config.embedding.model,
+                               "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="hm-bench-") as work:
+        for n in sizes:
+            results["sizes"][str(n)] = bench_size(n, lang=args.lang, seed=args.seed, config=config,
+                                                  workdir=Path(work), queries=args.queries, progress=not args.quiet)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    md = table(results)
+    (args.out / "table.md").write_text(md, encoding="utf-8")
+    print(md, end="")
+    print(f"wrote {args.out / 'results.json'}, {args.out / 'table.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The benchmark suite (eval/bench.py) at a tiny size: every figure is there and
+sane, the files are written, bad options are refused. It measures nothing here:
+figures come from `make bench`, never from a test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval import bench
+from hybrid_memory.cli import main as cli_main
+from hybrid_memory.config import Config
+
+
+def test_one_size_reports_every_figure(tmp_path: Path) -> None:
+    out = bench.bench_size(160, lang="zh", seed=2, config=Config.load(), workdir=tmp_path, queries=6, progress=False)
+    assert out["nodes"] == 160 and 1 <= out["queries"] <= 6
+    assert out["embedding"]["batch_texts_per_s"] > 0 and out["add_many_nodes_per_s"] > 0
+    for key in ("add_ms", "retrieve_ms", "retrieve_no_embedding_ms", "flat_vector_ms"):
+        lat = out[key]
+        assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"], key
+    for name in ("hybrid", "flat_vector"):
+        assert 0.0 <= out["recall_all@10"][name] <= 1.0
+    # Dedup may merge near-duplicates, so the live tree is at most the trace.
+    assert 0 < out["live_nodes"] <= 160
+    assert 0 < out["forget_would_archive"] <= out["live_nodes"]
+    assert out["open_recover_ms"] > 0 and out["forget_dry_run_ms"] > 0
+    assert out["disk_bytes_per_node"] > 0 and out["rss_mb_after_retrievals"] > 0
+
+
+def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["bench", "--sizes", "120", "--queries", "3", "--quiet", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert list(results["sizes"]) == ["120"]
+    table = (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert table.splitlines()[2].startswith("| 120 |")
+    assert table in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sizes", ["ten", "10", ""])
+def test_bad_sizes_are_refused(sizes: str, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--sizes", sizes, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_quantiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 30)]  # 1..29
+    assert bench.pct(values, 0.5) == 15.0
+    assert bench.pct(values, 0.95) == 28.0
+    assert bench.pct(values, 0.99) == 29.0
+    assert bench.pct([7.0], 0.5) == 7.0
