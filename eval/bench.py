@@ -15,7 +15,9 @@ has interleaved tasks, subtasks and questions with known answers) and measured:
   recall_all@10 of both on the trace's questions, so speed is never bought with
   quality;
 - reopen and recover, a forget pass (dry run down to half the nodes), resident
-  memory after opening and after 1,000 retrievals, bytes on disk per node.
+  memory after opening and after 1,000 retrievals, bytes on disk per node;
+- cold start: ``hybrid-memory stats``, ``recover`` and ``retrieve`` as whole
+  processes on the finished memory (median of three).
 
 Figures are for this machine and this run; compare the columns of one run, not
 runs of different days. The latest table is kept in eval/BENCHMARKS.md.
@@ -28,6 +30,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,12 +92,12 @@ def latency(values: Sequence[float]) -> dict[str, float]:
 
 
 def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, queries: int,
-               progress: bool) -> dict[str, Any]:
+               progress: bool, config_file: Path | None = None) -> dict[str, Any]:
     """Every figure for one generated trace of ``nodes`` memories."""
     events = generate(nodes, lang=lang, seed=seed)
     adds = [e for e in events if e["op"] == "add"]
     asked = [e for e in events if e["op"] == "query"][:queries]
-    steps = tqdm(total=7, desc=f"bench {nodes:,}", unit="step", disable=not progress, leave=False, file=sys.stderr)
+    steps = tqdm(total=8, desc=f"bench {nodes:,}", unit="step", disable=not progress, leave=False, file=sys.stderr)
     out: dict[str, Any] = {"nodes": len(adds), "queries": len(asked)}
 
     real = make_embedder(config.embedding)
@@ -181,8 +184,29 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     out["live_nodes"] = live
     out["disk_bytes_per_node"] = round(disk_bytes(folder) / max(live, 1), 1)
     steps.update()
+    question = asked[0]["text"] if asked else "where does the task stand?"
+    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)
+                            for name, argv in (("stats", ["stats"]), ("recover", ["recover"]),
+                                               ("retrieve", ["retrieve", question]))}
+    steps.update()
     steps.close()
     return out
+
+
+def cold_start(folder: Path, command: Sequence[str], config_file: Path | None) -> float:
+    """Milliseconds of one whole ``hybrid-memory`` process on the memory in ``folder``
+    (interpreter start, imports, open, the command, exit)."""
+    script = Path(sys.executable).with_name("hybrid-memory")
+    base = [str(script)] if script.is_file() else [sys.executable, "-m", "hybrid_memory"]
+    argv = [*base, "--path", str(folder), "--namespace", "bench",
+            *(["--config", str(config_file)] if config_file else []), *command]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    ms = (time.perf_counter() - start) * 1000.0
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return ms
 
 
 def _reopen(folder: Path, embedder: CachedEmbedder, config: Config) -> None:
@@ -194,7 +218,7 @@ def table(results: dict[str, Any]) -> str:
     """The markdown table of a run."""
     head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | retrieve p50/p95 ms "
             "| no-embed p50/p95 ms | flat_vector p50/p95 ms | ratio | recall hybrid / flat "
-            "| open+recover ms | forget ms | RSS MB | bytes/node |")
+            "| open+recover ms | forget ms | RSS MB | bytes/node | cold stats / retrieve ms |")
     rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results["sizes"].values():
         rv, nv, fv = r.get("retrieve_ms", {}), r.get("retrieve_no_embedding_ms", {}), r.get("flat_vector_ms", {})
@@ -205,7 +229,8 @@ def table(results: dict[str, Any]) -> str:
             f"| {rv.get('p50', 0):.1f} / {rv.get('p95', 0):.1f} | {nv.get('p50', 0):.1f} / {nv.get('p95', 0):.1f} "
             f"| {fv.get('p50', 0):.2f} / {fv.get('p95', 0):.2f} | {r.get('retrieve_over_flat_p50', 0):.1f}x "
             f"| {rec.get('hybrid', 0):.3f} / {rec.get('flat_vector', 0):.3f} | {r['open_recover_ms']:.0f} "
-            f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} | {r['disk_bytes_per_node']:.0f} |"
+            f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} | {r['disk_bytes_per_node']:.0f} "
+            f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -232,7 +257,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hm-bench-") as work:
         for n in sizes:
             results["sizes"][str(n)] = bench_size(n, lang=args.lang, seed=args.seed, config=config,
-                                                  workdir=Path(work), queries=args.queries, progress=not args.quiet)
+                                                  workdir=Path(work), queries=args.queries, progress=not args.quiet,
+                                                  config_file=args.config)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     md = table(results)

@@ -28,6 +28,8 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
     assert 0 < out["forget_would_archive"] <= out["live_nodes"]
     assert out["open_recover_ms"] > 0 and out["forget_dry_run_ms"] > 0
     assert out["disk_bytes_per_node"] > 0 and out["rss_mb_after_retrievals"] > 0
+    assert set(out["cold_start_ms"]) == {"stats", "recover", "retrieve"}
+    assert all(ms > 0 for ms in out["cold_start_ms"].values())
 
 
 def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
