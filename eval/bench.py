@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,26 +48,14 @@ from hybrid_memory.embed import make_embedder  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
 
 from .generate import generate  # noqa: E402
-from .metrics import recall_all  # noqa: E402
-from .systems import CachedEmbedder  # noqa: E402
+from .metrics import percentile, recall_all  # noqa: E402
+from .systems import CachedEmbedder, timed  # noqa: E402
 
 #: Single adds measured one by one (the rest of the trace goes in with add_many).
 SINGLE_ADDS = 200
 #: Retrievals behind the resident-memory reading.
 RSS_RETRIEVALS = 1000
 K = 10
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-quantile (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def timed_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = fn()
-    return out, (time.perf_counter() - start) * 1000.0
 
 
 def rss_mb() -> float:
@@ -83,12 +70,8 @@ def rss_mb() -> float:
     return 0.0
 
 
-def disk_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
 def latency(values: Sequence[float]) -> dict[str, float]:
-    return {"p50": round(pct(values, 0.5), 3), "p95": round(pct(values, 0.95), 3), "p99": round(pct(values, 0.99), 3)}
+    return {f"p{q}": round(percentile(values, q), 3) for q in (50, 95, 99)}
 
 
 def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, queries: int,
@@ -104,8 +87,8 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     texts = [e["content"] for e in adds]
     real.embed(texts[:8])  # load and warm the model outside the clock
     sample = texts[-512:]
-    _, ms = timed_ms(lambda: real.embed(sample))
-    singles = [timed_ms(partial(real.embed, [t]))[1] for t in sample[:50]]
+    _, ms = timed(lambda: real.embed(sample))
+    singles = [timed(partial(real.embed, [t]))[1] for t in sample[:50]]
     out["embedding"] = {"batch_texts_per_s": round(len(sample) / (ms / 1000.0), 1),
                         "batch_size": config.embedding.batch_size,
                         "single_ms": latency(singles)}
@@ -134,7 +117,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         single: list[float] = []
         for e in tail:
             parent = ROOT if e["parent"] is None else to_sys[e["parent"]]
-            node, ms = timed_ms(partial(mem.add, e["content"], type=e["type"], parent=parent, ts=e["ts"]))
+            node, ms = timed(partial(mem.add, e["content"], type=e["type"], parent=parent, ts=e["ts"]))
             single.append(ms)
             to_sys[e["id"]] = node.id
             from_sys.setdefault(node.id, e["id"])
@@ -147,23 +130,23 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         with_embedding, without, bare = [], [], []
         hybrid_hits, flat_hits = [], []
         for q in asked:
-            _, ms = timed_ms(partial(mem.retrieve, q["text"], k=K, reinforce=False))
+            _, ms = timed(partial(mem.retrieve, q["text"], k=K, reinforce=False))
             with_embedding.append(ms)
         for q in asked:
-            recall, ms = timed_ms(partial(mem.retrieve, q["text"], k=K, reinforce=False))
+            recall, ms = timed(partial(mem.retrieve, q["text"], k=K, reinforce=False))
             without.append(ms)
             picked = sorted((s for s in recall.nodes if s.reason != "ancestor"), key=rank_key, reverse=True)
             gold = frozenset(q["gold"])
             hybrid_hits.append(recall_all([frozenset({from_sys.get(s.node.id, "")}) for s in picked], gold, K))
             vec = vectors.embed([q["text"]])
-            found, ms = timed_ms(partial(mem.index.query, "bench", vec, K))
+            found, ms = timed(partial(mem.index.query, "bench", vec, K))
             bare.append(ms)
             flat_hits.append(recall_all([frozenset({from_sys.get(i, "")}) for i, _ in found[0]], gold, K))
         if asked:
             out["retrieve_ms"] = latency(with_embedding)
             out["retrieve_no_embedding_ms"] = latency(without)
             out["flat_vector_ms"] = latency(bare)
-            out["retrieve_over_flat_p50"] = round(pct(without, 0.5) / max(pct(bare, 0.5), 1e-6), 2)
+            out["retrieve_over_flat_p50"] = round(percentile(without, 50) / max(percentile(bare, 50), 1e-6), 2)
             out["recall_all@10"] = {"hybrid": round(statistics.fmean(hybrid_hits), 3),
                                     "flat_vector": round(statistics.fmean(flat_hits), 3)}
         steps.update()
@@ -174,15 +157,16 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         live = mem.stats().live
         steps.update()
 
-    _, ms = timed_ms(lambda: _reopen(folder, vectors, config))
+    _, ms = timed(lambda: _reopen(folder, vectors, config))
     out["open_recover_ms"] = round(ms, 1)
     steps.update()
     with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=config) as mem:
-        report, ms = timed_ms(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
+        report, ms = timed(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
         out["forget_dry_run_ms"] = round(ms, 1)
         out["forget_would_archive"] = len(report.details)
+        disk = mem.stats().disk_bytes
     out["live_nodes"] = live
-    out["disk_bytes_per_node"] = round(disk_bytes(folder) / max(live, 1), 1)
+    out["disk_bytes_per_node"] = round(disk / max(live, 1), 1)
     steps.update()
     question = asked[0]["text"] if asked else "where does the task stand?"
     out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)

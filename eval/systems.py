@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -465,10 +465,13 @@ def line_tokens(typ: str, content: str) -> int:
     return hm_text.count_tokens(f"[{typ}] {content}")
 
 
+T = TypeVar("T")
+
 BASELINES = ("flat_vector", "bm25", "recent", "full_history", "article_minimal")
 
 
-def timed(fn: Callable[[], Answer]) -> tuple[Answer, float]:
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """What ``fn()`` returns, and how long it took in milliseconds."""
     t0 = time.perf_counter()
     ans = fn()
     return ans, (time.perf_counter() - t0) * 1000.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -438,17 +439,13 @@ def run_eval(argv: Sequence[str], command: str = "eval") -> int:
     if "" not in sys.path and os.path.isfile(os.path.join("eval", "harness.py")):
         sys.path.insert(0, os.getcwd())  # a non-editable install run from the checkout
     try:
-        from eval.bench import main as bench_main  # type: ignore[import-not-found,unused-ignore]
-        from eval.harness import main as eval_main  # type: ignore[import-not-found,unused-ignore]
+        entry = importlib.import_module("eval.bench" if command == "bench" else "eval.harness").main
     except ImportError:
         print(f"error [config_error]: hybrid-memory {command} runs from a source checkout of hybrid_memory "
               "(it needs the eval/ folder beside the package; run it from the checkout's top folder)",
               file=sys.stderr)
         return ConfigError.exit_code
-    if command == "bench":
-        code: int = bench_main(list(argv), prog="hybrid-memory bench")
-    else:
-        code = eval_main(list(argv), prog="hybrid-memory eval")
+    code: int = entry(list(argv), prog=f"hybrid-memory {command}")
     return code
 
 
