@@ -140,21 +140,28 @@ class Writer:
         vectors: np.ndarray[Any, Any],
         neighbours: Sequence[Sequence[tuple[str, float]]],
     ) -> list[Node]:
+        """Write ``prepared`` in ``conn``'s transaction: each item becomes a new node or
+        reinforces its twin. Statements are gathered per kind and written together
+        (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
+        be one of them, and its merge is logged after them)."""
         ns, cfg = self.namespace, self.config
+        seen = _Seen(self, conn, prepared, neighbours)
+        pending = _Pending(self, conn)
         by_key: dict[str, RowMap] = {}
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
         written: dict[tuple[str, str], list[dict[str, Any]]] = {}
         out: list[Node] = []
         active_id = self.store.get_cursor(conn, ns, self.session)
         for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
-            parent_row = self._resolve_parent(conn, p.parent, by_key, active_id)
+            parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
             counts = text.term_counts(p.content)
             twin = None
             if cfg.dedup.enabled and parent_row is not None:
-                branch = self.branch_info(conn, parent_row)[0]
+                branch = seen.branch_info(parent_row)[0]
                 earlier = written.get((branch, p.type.value), [])
-                twin = self._find_twin(conn, p, vec, set(counts), near, branch, earlier)
+                twin = self._find_twin(seen, p, vec, set(counts), near, branch, earlier)
             if twin is not None:
+                pending.flush()
                 node = self._reinforce(conn, twin, p)
                 if p.key is not None:
                     by_key[p.key] = self.store.get(conn, node.id)._mapping  # type: ignore[union-attr]
@@ -165,7 +172,7 @@ class Writer:
                 path, depth, pinfo = f"{node_id}/", 0, None
             else:
                 path, depth = f"{parent_row['path']}{node_id}/", parent_row["depth"] + 1
-                pinfo = self.branch_info(conn, parent_row)
+                pinfo = seen.branch_info(parent_row)
             branch = branch_info_for(node_id, p.type, pinfo, cfg.retrieval.branch_by)[0]
             row = dict(
                 id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
@@ -175,39 +182,36 @@ class Writer:
                 accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=content_hash(p.content),
                 tokens=text.count_tokens(p.content), embedding=to_blob(vec), embed_model=self.embedder.name,
             )
-            self.store.insert_node(conn, row)
-            self.store.index_terms(conn, ns, node_id, counts)
-            ancestors = path.rstrip("/").split("/")[:-1]
-            self.store.touch(conn, ancestors, "active_at", p.ts)
+            seen.rows[node_id] = row
             payload = {k: v for k, v in row.items() if k not in ("embedding",)}
-            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
+            focus = p.type is NodeType.TASK and cfg.write.focus_new_tasks
+            if focus:
                 payload["focus"] = True  # portability: replay moves the cursor too
-            seq = self.store.log(conn, ns, self.session, p.ts, "add", node_id, payload)
-            self.store.enqueue(conn, ns, [node_id], "upsert")
-            self.fault("add_many_item")
-            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
-                self.set_active(conn, node_id, p.ts, seq)
+            pending.add(row, counts, path.rstrip("/").split("/")[:-1], payload, focus=focus)
+            if focus:
                 active_id = node_id
+            self.fault("add_many_item")
             written.setdefault((branch, p.type.value), []).append(dict(row, embedding_vec=vec, term_set=set(counts)))
             if p.key is not None:
                 by_key[p.key] = row
             out.append(node_from_row(row))
+        pending.flush()
         return out
 
     def _resolve_parent(
-        self, conn: Connection, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
+        self, seen: _Seen, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
     ) -> RowMap | None:
         if isinstance(ref, _Root):
             return None
         if ref is None:
             if active_id is None:
                 return None
-            row = self.store.lock_path(conn, active_id)  # locked: see SqlStore.lock_path
-            return row._mapping if row is not None and row.status == Status.LIVE.value else None
+            row = seen.parent(active_id, strict=False)
+            return row if row is not None and row["status"] == Status.LIVE.value else None
         if isinstance(ref, str) and ref in by_key:
             return by_key[ref]
         try:
-            return self.row(conn, ref, live=True, ancestors=True)._mapping
+            return seen.parent(self.node_id(ref))
         except NotFoundError as exc:
             raise NotFoundError(f"unknown parent: {exc}") from None
 
@@ -220,7 +224,7 @@ class Writer:
 
     def _find_twin(
         self,
-        conn: Connection,
+        seen: _Seen,
         p: Prepared,
         vec: np.ndarray[Any, Any],
         term_set: set[str],
@@ -230,22 +234,19 @@ class Writer:
     ) -> RowMap | None:
         if p.type is NodeType.TASK:
             return None  # a task heads its own branch; two tasks are never twins
-        exact = self.store.find_by_hash(conn, self.namespace, content_hash(p.content), branch, p.type.value)
-        if exact is not None:
-            return exact._mapping
+        for r in seen.by_hash.get(content_hash(p.content), ()):
+            if r["branch_id"] == branch and r["type"] == p.type.value:
+                return r
         lexical = self.config.dedup.lexical
         for row in earlier:  # earlier items of this batch in the same branch, of the same type
             if text.jaccard(row["term_set"], term_set) >= lexical and self.is_twin(
                 row["content"], p.content, float(np.dot(row["embedding_vec"], vec))
             ):
-                # Re-read it: an earlier merge in this batch may have reinforced it.
-                fresh = self.store.get(conn, row["id"])
-                return fresh._mapping if fresh is not None else row
-        rows = self.store.get_many(conn, [i for i, _ in near], live_only=True)
+                return row  # _reinforce reads its latest version
         for node_id, cosine in near:
-            r = rows.get(node_id)
-            if r is not None and r.branch_id == branch and r.type == p.type.value and self.is_twin(r.content, p.content, cosine):
-                return r._mapping
+            r = seen.near.get(node_id)
+            if r is not None and r["branch_id"] == branch and r["type"] == p.type.value and self.is_twin(r["content"], p.content, cosine):
+                return r
         return None
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
@@ -286,22 +287,132 @@ class Writer:
         In a write: ``lock`` locks it until commit (a write that depends on what it
         reads); ``ancestors`` locks its ancestors too, root first (a write that hangs
         something under it or moves it). Both are no-ops on SQLite."""
+        node_id = self.node_id(ref)
+        row = self.store.lock_path(conn, node_id) if ancestors else self.store.get(conn, node_id, lock=lock)
+        return self.checked(node_id, row, live=live)  # type: ignore[return-value]
+
+    def node_id(self, ref: object) -> str:
+        """The id ``ref`` names (a Node of another namespace is refused here)."""
         if isinstance(ref, Node):
             if ref.namespace != self.namespace:
                 raise NamespaceError(f"node {ref.id} belongs to namespace {ref.namespace!r}, not {self.namespace!r}")
-            node_id = ref.id
-        elif isinstance(ref, str):
-            node_id = ref
-        else:
-            raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
-        row = self.store.lock_path(conn, node_id) if ancestors else self.store.get(conn, node_id, lock=lock)
+            return ref.id
+        if isinstance(ref, str):
+            return ref
+        raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
+
+    def checked(self, node_id: str, row: Any, *, live: bool) -> Any:
+        """``row`` (a Row or a mapping) when it exists in this namespace (and is live)."""
         if row is None:
             raise NotFoundError(f"no node {node_id!r}")
-        if row.namespace != self.namespace:
+        m = row._mapping if isinstance(row, Row) else row
+        if m["namespace"] != self.namespace:
             raise NamespaceError(f"node {node_id} belongs to another namespace, not {self.namespace!r}")
-        if live and row.status != Status.LIVE.value:
+        if live and m["status"] != Status.LIVE.value:
             raise NotFoundError(f"node {node_id} is archived; restore it first")
         return row
+
+
+class _Seen:
+    """What one batch reads, each thing once: the rows its items name as parents, the
+    dedup neighbours and exact-content matches of all items, branch heads, and the
+    rows the batch itself writes. On SQLite (writers serialised) the parents and
+    neighbours come in one query each; elsewhere each parent is locked with its
+    ancestors (``SqlStore.lock_path``) the first time an item names it, so every
+    row kept here is locked or written by this batch."""
+
+    def __init__(self, writer: Writer, conn: Connection, prepared: Sequence[Prepared],
+                 neighbours: Sequence[Sequence[tuple[str, float]]]) -> None:
+        self._writer, self._conn, self._store = writer, conn, writer.store
+        #: Rows by id: parents read so far and the rows this batch wrote.
+        self.rows: dict[str, RowMap] = {}
+        self._heads: dict[str, bool] = {}
+        self.near: dict[str, RowMap] = {}
+        self.by_hash: dict[str, list[RowMap]] = {}
+        dedup = writer.config.dedup.enabled
+        if dedup:
+            ids = {i for near in neighbours for i, _ in near}
+            self.near = {i: r._mapping for i, r in self._store.get_many(conn, ids, live_only=True).items()}
+            hashes = {content_hash(p.content) for p in prepared if p.type is not NodeType.TASK}
+            for r in self._store.find_by_hashes(conn, writer.namespace, hashes):
+                self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
+        if self._store.is_sqlite:
+            named = {p.parent.id if isinstance(p.parent, Node) else p.parent
+                     for p in prepared if isinstance(p.parent, (Node, str))}
+            self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, named).items())
+
+    def parent(self, node_id: str, *, strict: bool = True) -> RowMap | None:
+        """The live row of ``node_id``, locked with its ancestors (not found: an error, or
+        None when not ``strict``)."""
+        row = self.rows.get(node_id)
+        if row is None:
+            found = self._store.lock_path(self._conn, node_id)
+            if found is None:
+                if not strict:
+                    return None
+                raise NotFoundError(f"no node {node_id!r}")
+            row = self.rows[node_id] = found._mapping
+        if strict:
+            self._writer.checked(node_id, row, live=True)
+        return row
+
+    def branch_info(self, parent: RowMap) -> tuple[str, bool]:
+        """(branch head id, whether the head is a task) of the branch ``parent`` is in."""
+        head = parent["branch_id"]
+        if head == parent["id"]:
+            return head, parent["type"] == NodeType.TASK.value
+        if head not in self._heads:
+            row = self.rows.get(head)
+            if row is None:
+                found = self._store.get(self._conn, head)
+                row = None if found is None else found._mapping
+            self._heads[head] = row is not None and row["type"] == NodeType.TASK.value
+        return head, self._heads[head]
+
+
+class _Pending:
+    """A batch's new nodes, written one statement per kind instead of one per node:
+    node rows, lexical terms, operation-log entries, outbox rows, the raised
+    ``active_at`` of their ancestors, and the focus moves of new tasks (one
+    checkpoint each, naming the log position of the task's add; the cursor ends
+    on the last)."""
+
+    def __init__(self, writer: Writer, conn: Connection) -> None:
+        self._writer, self._conn = writer, conn
+        self._nodes: list[dict[str, Any]] = []
+        self._terms: list[tuple[str, Mapping[str, int]]] = []
+        self._log: list[tuple[float, str, str, Mapping[str, Any]]] = []
+        self._touch: dict[str, float] = {}
+        self._focus: list[tuple[int, str, float]] = []  # (index in _log, node id, ts)
+
+    def add(self, row: dict[str, Any], counts: Mapping[str, int], ancestors: Sequence[str],
+            payload: Mapping[str, Any], *, focus: bool) -> None:
+        ts = row["created_at"]
+        if focus:
+            self._focus.append((len(self._log), row["id"], ts))
+        self._nodes.append(row)
+        self._terms.append((row["id"], counts))
+        self._log.append((ts, "add", row["id"], payload))
+        for a in ancestors:
+            if self._touch.get(a, float("-inf")) < ts:
+                self._touch[a] = ts
+
+    def flush(self) -> None:
+        """Write what is gathered."""
+        w, conn = self._writer, self._conn
+        store, ns, session = w.store, w.namespace, w.session
+        if self._nodes:
+            store.insert_nodes(conn, self._nodes)
+            store.index_terms_many(conn, ns, self._terms)
+            seqs = store.log_many(conn, ns, session, self._log)
+            store.enqueue(conn, ns, [r["id"] for r in self._nodes], "upsert")
+            store.touch_each(conn, "active_at", self._touch)
+            if self._focus:
+                _, last, ts = self._focus[-1]
+                store.set_cursor(conn, ns, session, last, ts)
+                if w.config.write.checkpoint_on_focus:
+                    store.add_checkpoints(conn, ns, session, [(i, seqs[at], t, "focus") for at, i, t in self._focus])
+        self._nodes, self._terms, self._log, self._touch, self._focus = [], [], [], {}, []
 
 
 def branch_info_for(node_id: str, ntype: NodeType, parent: tuple[str, bool] | None, mode: str) -> tuple[str, bool]:

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -377,6 +378,11 @@ class SqlStore:
     def insert_node(self, conn: Connection, values: Mapping[str, Any]) -> None:
         conn.execute(insert(nodes).values(**values))
 
+    def insert_nodes(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert several node rows (all with the same columns) in one statement."""
+        if rows:
+            conn.execute(insert(nodes), list(rows))
+
     def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
         conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))
 
@@ -406,6 +412,17 @@ class SqlStore:
                 nodes.c.status == Status.LIVE.value,
             )
         ).first()
+
+    def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str]) -> list[Row[Any]]:
+        """The live rows of ``namespace`` whose content hash is one of ``hashes``."""
+        out: list[Row[Any]] = []
+        for chunk in _chunks(list(dict.fromkeys(hashes)), 500):
+            out.extend(conn.execute(select(*NODE_COLUMNS).where(
+                nodes.c.namespace == namespace,
+                nodes.c.content_hash.in_(chunk),
+                nodes.c.status == Status.LIVE.value,
+            )))
+        return out
 
     def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
         return list(conn.execute(select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)))
@@ -463,6 +480,13 @@ class SqlStore:
         for chunk in _chunks(list(ids), 500):
             conn.execute(update(nodes).where(nodes.c.id.in_(chunk), col < ts).values({column: ts}))
 
+    def touch_each(self, conn: Connection, column: str, times: Mapping[str, float]) -> None:
+        """:meth:`touch` with a time per node, in one statement."""
+        if times:
+            col = nodes.c[column]
+            q = update(nodes).where(nodes.c.id == bindparam("b_id"), col < bindparam("b_ts")).values({column: bindparam("b_ts")})
+            conn.execute(q, [{"b_id": i, "b_ts": ts} for i, ts in times.items()])
+
     def add_access(self, conn: Connection, counts: Mapping[str, tuple[int, float]]) -> None:
         """Add read counts and raise the last-access time, in one statement per node."""
         for node_id, (n, ts) in counts.items():
@@ -483,16 +507,20 @@ class SqlStore:
     # -- the lexical index ------------------------------------------------------
 
     def index_terms(self, conn: Connection, namespace: str, node_id: str, counts: Mapping[str, int]) -> None:
+        self.index_terms_many(conn, namespace, [(node_id, counts)])
+
+    def index_terms_many(self, conn: Connection, namespace: str, items: Sequence[tuple[str, Mapping[str, int]]]) -> None:
+        """The lexical terms of several nodes (node id, term counts), in one statement."""
         # Terms are stored cut to 64 characters: two long terms sharing that prefix
         # are one stored term (their counts add up), not a duplicate key.
-        stored: dict[str, int] = {}
-        for t, n in counts.items():
-            stored[t[:64]] = stored.get(t[:64], 0) + n
-        if stored:
-            conn.execute(
-                insert(terms),
-                [{"namespace": namespace, "term": t, "node_id": node_id, "tf": n} for t, n in stored.items()],
-            )
+        rows = []
+        for node_id, counts in items:
+            stored: dict[str, int] = {}
+            for t, n in counts.items():
+                stored[t[:64]] = stored.get(t[:64], 0) + n
+            rows.extend({"namespace": namespace, "term": t, "node_id": node_id, "tf": n} for t, n in stored.items())
+        if rows:
+            conn.execute(insert(terms), rows)
 
     def unindex_terms(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
@@ -551,6 +579,18 @@ class SqlStore:
             )
         )
         return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+    def log_many(self, conn: Connection, namespace: str, session: str,
+                 entries: Sequence[tuple[float, str, str | None, Mapping[str, Any]]]) -> list[int]:
+        """Append (ts, op, node id, payload) entries in order, in one statement; their positions."""
+        if not entries:
+            return []
+        result = conn.execute(insert(oplog).returning(oplog.c.seq, sort_by_parameter_order=True), [
+            {"namespace": namespace, "session": session, "ts": ts, "op": op, "node_id": node_id,
+             "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)}
+            for ts, op, node_id, payload in entries
+        ])
+        return [int(seq) for seq in result.scalars().all()]
 
     def log_payloads(self, conn: Connection, namespace: str, *, last_only: bool = False) -> list[tuple[int, str]]:
         q = select(oplog.c.seq, oplog.c.payload).where(oplog.c.namespace == namespace).order_by(oplog.c.seq.desc())
@@ -616,6 +656,15 @@ class SqlStore:
             insert(checkpoints).values(namespace=namespace, session=session, active_id=active_id, log_seq=log_seq, ts=ts, note=note)
         )
         return Checkpoint(int(result.inserted_primary_key[0]), namespace, session, active_id, log_seq, ts, note)  # type: ignore[index]
+
+    def add_checkpoints(self, conn: Connection, namespace: str, session: str,
+                        marks: Sequence[tuple[str | None, int, float, str | None]]) -> None:
+        """Several checkpoints (active id, log position, ts, note) in one statement."""
+        if marks:
+            conn.execute(insert(checkpoints), [
+                {"namespace": namespace, "session": session, "active_id": a, "log_seq": seq, "ts": ts, "note": note}
+                for a, seq, ts, note in marks
+            ])
 
     def last_checkpoint(self, conn: Connection, namespace: str, session: str) -> Checkpoint | None:
         row = conn.execute(
