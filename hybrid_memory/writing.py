@@ -9,7 +9,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from sqlalchemy.engine import Connection, Row
@@ -47,6 +47,7 @@ NodeRef = Node | str
 #: A node row as read (SQLAlchemy RowMapping) or as just written (a dict).
 RowMap = Mapping[Any, Any]
 ParentRef = Node | str | _Root | None
+R = TypeVar("R", Row[Any], RowMap)
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,10 @@ class Writer:
             ):
                 return row  # _reinforce reads its latest version
         for node_id, cosine in near:
-            r = seen.near.get(node_id)
-            if r is not None and r["branch_id"] == branch and r["type"] == p.type.value and self.is_twin(r["content"], p.content, cosine):
-                return r
+            other = seen.near.get(node_id)
+            if (other is not None and other["branch_id"] == branch and other["type"] == p.type.value
+                    and self.is_twin(other["content"], p.content, cosine)):
+                return other
         return None
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
@@ -289,7 +291,7 @@ class Writer:
         something under it or moves it). Both are no-ops on SQLite."""
         node_id = self.node_id(ref)
         row = self.store.lock_path(conn, node_id) if ancestors else self.store.get(conn, node_id, lock=lock)
-        return self.checked(node_id, row, live=live)  # type: ignore[return-value]
+        return self.checked(node_id, row, live=live)
 
     def node_id(self, ref: object) -> str:
         """The id ``ref`` names (a Node of another namespace is refused here)."""
@@ -301,7 +303,7 @@ class Writer:
             return ref
         raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
 
-    def checked(self, node_id: str, row: Any, *, live: bool) -> Any:
+    def checked(self, node_id: str, row: R | None, *, live: bool) -> R:
         """``row`` (a Row or a mapping) when it exists in this namespace (and is live)."""
         if row is None:
             raise NotFoundError(f"no node {node_id!r}")

@@ -513,7 +513,7 @@ class SqlStore:
         """The lexical terms of several nodes (node id, term counts), in one statement."""
         # Terms are stored cut to 64 characters: two long terms sharing that prefix
         # are one stored term (their counts add up), not a duplicate key.
-        rows = []
+        rows: list[dict[str, Any]] = []
         for node_id, counts in items:
             stored: dict[str, int] = {}
             for t, n in counts.items():
