@@ -118,8 +118,11 @@ class MemoryTree:
         if pending:
             problems.append(f"the vector index is unreachable: {pending} index operations are pending")
         elif sample:
+            # An embedded index whose folder is there is taken as whole (verify() compares
+            # its contents): asking it would load chromadb, most of a command's start.
+            lost = getattr(self.index, "folder_lost", lambda: None)()
             try:
-                if not self.index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]:
+                if lost or (lost is None and not self.index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]):
                     problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
             except Exception as exc:  # the index is derived: report, keep serving from the store
                 problems.append(f"the vector index cannot be read ({exc}): run reindex()")

@@ -43,7 +43,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -555,6 +554,9 @@ class SqlStore:
 
     def set_setting(self, conn: Connection, key: str, value: str) -> None:
         if self.is_postgres:  # an upsert: two processes may set the same key at once
+            # Imported here, as below: loading the dialect slows every start.
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
             q = pg_insert(settings).values(key=key, value=value)
             conn.execute(q.on_conflict_do_update(index_elements=[settings.c.key], set_={"value": value}))
         elif self.get_setting(conn, key) is None:
@@ -632,6 +634,8 @@ class SqlStore:
     def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float) -> None:
         where = (cursors.c.namespace == namespace) & (cursors.c.session == session)
         if self.is_postgres:  # an upsert: two processes may share a session
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
             q = pg_insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts)
             conn.execute(q.on_conflict_do_update(
                 index_elements=[cursors.c.namespace, cursors.c.session],

@@ -232,6 +232,14 @@ class ChromaIndex:
         except Exception as exc:  # chromadb raises several unrelated types here
             raise StorageError(f"cannot reopen the Chroma index at {self._path}: {exc}") from exc
 
+    def folder_lost(self) -> bool | None:
+        """For an embedded index: whether its folder (Chroma's database file) is gone,
+        read off the disk without loading chromadb. None for a server or a given client:
+        only a query can tell."""
+        if self._path is None or self._server is not None or not self._owns_client:
+            return None
+        return not (self._path / "chroma.sqlite3").is_file()
+
     def _collection(self, namespace: str) -> Any:
         """The namespace's collection, made on first use."""
         col = self._collections.get(namespace)
