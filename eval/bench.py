@@ -14,7 +14,8 @@ has interleaved tasks, subtasks and questions with known answers) and measured:
   top-k query with the same vector on the same collection (``flat_vector``), and
   recall_all@10 of both on the trace's questions, so speed is never bought with
   quality;
-- reopen and recover, a forget pass (dry run down to half the nodes), resident
+- reopen and recover, a forget pass (dry run down to half the nodes), export of
+  the namespace to a snapshot and its import into a new memory, resident
   memory after opening and after 1,000 retrievals, bytes on disk per node;
 - cold start: ``hybrid-memory stats``, ``recover`` and ``retrieve`` as whole
   processes on the finished memory (median of three).
@@ -80,7 +81,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     events = generate(nodes, lang=lang, seed=seed)
     adds = [e for e in events if e["op"] == "add"]
     asked = [e for e in events if e["op"] == "query"][:queries]
-    steps = tqdm(total=8, desc=f"bench {nodes:,}", unit="step", disable=not progress, leave=False, file=sys.stderr)
+    steps = tqdm(total=9, desc=f"bench {nodes:,}", unit="step", disable=not progress, leave=False, file=sys.stderr)
     out: dict[str, Any] = {"nodes": len(adds), "queries": len(asked)}
 
     real = make_embedder(config.embedding)
@@ -165,6 +166,13 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         out["forget_dry_run_ms"] = round(ms, 1)
         out["forget_would_archive"] = len(report.details)
         disk = mem.stats().disk_bytes
+        snapshot = workdir / f"export-{nodes}.jsonl"
+        _, ms = timed(lambda: mem.export(snapshot))
+        out["export_ms"] = round(ms, 1)
+    with MemoryTree.open(workdir / f"import-{nodes}", namespace="bench", embedder=vectors, config=config) as copy:
+        _, ms = timed(lambda: copy.import_(snapshot))
+        out["import_ms"] = round(ms, 1)
+        out["imported_live_nodes"] = copy.stats().live
     out["live_nodes"] = live
     out["disk_bytes_per_node"] = round(disk / max(live, 1), 1)
     steps.update()
@@ -202,7 +210,7 @@ def table(results: dict[str, Any]) -> str:
     """The markdown table of a run."""
     head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | retrieve p50/p95 ms "
             "| no-embed p50/p95 ms | flat_vector p50/p95 ms | ratio | recall hybrid / flat "
-            "| open+recover ms | forget ms | RSS MB | bytes/node | cold stats / retrieve ms |")
+            "| open+recover ms | forget ms | RSS MB | bytes/node | cold stats / retrieve ms | export / import s |")
     rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results["sizes"].values():
         rv, nv, fv = r.get("retrieve_ms", {}), r.get("retrieve_no_embedding_ms", {}), r.get("flat_vector_ms", {})
@@ -214,9 +222,56 @@ def table(results: dict[str, Any]) -> str:
             f"| {fv.get('p50', 0):.2f} / {fv.get('p95', 0):.2f} | {r.get('retrieve_over_flat_p50', 0):.1f}x "
             f"| {rec.get('hybrid', 0):.3f} / {rec.get('flat_vector', 0):.3f} | {r['open_recover_ms']:.0f} "
             f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} | {r['disk_bytes_per_node']:.0f} "
-            f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} |"
+            f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} "
+            f"| {r.get('export_ms', 0) / 1000:.1f} / {r.get('import_ms', 0) / 1000:.1f} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """PNG plots of latency against tree size (log-log): retrieval with and without the
+    query embedding beside the bare Chroma query, and single add beside one embedding
+    call. Nothing when matplotlib is missing or there is only one size."""
+    sizes = sorted(results["sizes"].values(), key=lambda r: r["nodes"])
+    if len(sizes) < 2:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    x = [r["nodes"] for r in sizes]
+    out = []
+    panels = {
+        "bench_retrieve_latency.png": ("retrieve p50 (ms)", [
+            ("retrieve", [r.get("retrieve_ms", {}).get("p50") for r in sizes]),
+            ("retrieve, no embedding", [r.get("retrieve_no_embedding_ms", {}).get("p50") for r in sizes]),
+            ("bare Chroma top-10", [r.get("flat_vector_ms", {}).get("p50") for r in sizes]),
+        ]),
+        "bench_write_latency.png": ("p50 (ms)", [
+            ("add", [r.get("add_ms", {}).get("p50") for r in sizes]),
+            ("one embedding call", [r["embedding"]["single_ms"]["p50"] for r in sizes]),
+        ]),
+    }
+    for name, (ylabel, series) in panels.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, ys in series:
+            pts = [(a, b) for a, b in zip(x, ys, strict=True) if b is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes in the memory")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=110)
+        plt.close(fig)
+        out.append(folder / name)
+    return out
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -247,8 +302,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     md = table(results)
     (args.out / "table.md").write_text(md, encoding="utf-8")
+    pngs = plot(results, args.out)
     print(md, end="")
-    print(f"wrote {args.out / 'results.json'}, {args.out / 'table.md'}")
+    print(f"wrote {', '.join(str(f) for f in [args.out / 'results.json', args.out / 'table.md', *pngs])}")
     return 0
 
 

@@ -353,6 +353,10 @@ def _branch_scores(
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
         groups[row.path.split("/", 1)[0] if by_family else row.branch_id][i] = row
+    held: dict[str, list[Posting]] = defaultdict(list)  # a candidate's postings
+    for p in postings:
+        if p[1] in cand_rows:
+            held[p[1]].append(p)
     out: list[tuple[float, str, int]] = []
     for members in groups.values():
         score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
@@ -360,7 +364,7 @@ def _branch_scores(
         if len(count) == 1:
             out += [(score, b, n) for b, n in count.items()]
             continue
-        local = _idf_share([p for p in postings if p[1] in members], len(members))
+        local = _idf_share([p for i in members for p in held[i]], len(members))
         sims: dict[str, list[float]] = defaultdict(list)
         for i, row in members.items():
             sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix))

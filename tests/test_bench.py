@@ -28,6 +28,8 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
     assert 0 < out["forget_would_archive"] <= out["live_nodes"]
     assert out["open_recover_ms"] > 0 and out["forget_dry_run_ms"] > 0
     assert out["disk_bytes_per_node"] > 0 and out["rss_mb_after_retrievals"] > 0
+    assert out["export_ms"] > 0 and out["import_ms"] > 0
+    assert out["imported_live_nodes"] == out["live_nodes"]
     assert set(out["cold_start_ms"]) == {"stats", "recover", "retrieve"}
     assert all(ms > 0 for ms in out["cold_start_ms"].values())
 
@@ -48,3 +50,16 @@ def test_bad_sizes_are_refused(sizes: str, tmp_path: Path) -> None:
     assert exc.value.code == 2
     assert not (tmp_path / "out").exists()
 
+
+
+def test_plots_of_latency_against_size(tmp_path: Path) -> None:
+    def size(n: int, ms: float) -> dict[str, object]:
+        lat = {"p50": ms, "p95": 2 * ms, "p99": 3 * ms}
+        return {"nodes": n, "retrieve_ms": lat, "retrieve_no_embedding_ms": lat, "flat_vector_ms": lat,
+                "add_ms": lat, "embedding": {"single_ms": lat}}
+
+    assert bench.plot({"sizes": {"1000": size(1000, 5.0)}}, tmp_path) == []  # one size: no curve
+    files = bench.plot({"sizes": {"1000": size(1000, 5.0), "10000": size(10000, 9.0)}}, tmp_path)
+    assert sorted(f.name for f in files) == ["bench_retrieve_latency.png", "bench_write_latency.png"]
+    for f in files:
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000

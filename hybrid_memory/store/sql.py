@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from sqlalchemy import (
@@ -101,6 +101,9 @@ terms = Table(
     Column("node_id", String(32), primary_key=True),
     Column("tf", Integer, nullable=False),
     Index("hm_terms_node", "node_id"),
+    # SQLite: rows clustered by (namespace, term, node_id), so a term's postings, tf
+    # included, are one range of the table (a rowid table reads each row's tf apart).
+    sqlite_with_rowid=False,
 )
 
 oplog = Table(
@@ -168,7 +171,7 @@ def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> No
         parent_id=m["parent_id"],
         type=NodeType(m["type"]),
         content=m["content"],
-        meta=json.loads(m["meta"]),
+        meta={} if m["meta"] == "{}" else json.loads(m["meta"]),
         importance=m["importance"],
         confidence=m["confidence"],
         access_count=m["access_count"],
@@ -354,7 +357,7 @@ class SqlStore:
             q = select(*columns).where(nodes.c.id.in_(chunk))
             if live_only:
                 q = q.where(nodes.c.status == Status.LIVE.value)
-            for row in conn.execute(q):
+            for row in conn.execute(q).all():
                 out[row.id] = row
         return out
 
@@ -399,7 +402,7 @@ class SqlStore:
             nodes.c.status == Status.LIVE.value,
             nodes.c.branch_id.in_(list(branch_ids)),
         )
-        return list(conn.execute(q))
+        return cast("list[Row[Any]]", list(conn.execute(q).all()))
 
     def find_by_hash(self, conn: Connection, namespace: str, content_hash: str, branch_id: str, type_: str) -> Row[Any] | None:
         return conn.execute(
@@ -532,7 +535,8 @@ class SqlStore:
         q = select(terms.c.term, terms.c.node_id, terms.c.tf).where(
             terms.c.namespace == namespace, terms.c.term.in_([t[:64] for t in query_terms])
         )
-        return [(r[0], r[1], r[2]) for r in conn.execute(q)]
+        # Thousands of rows for a query of common words: fetched in one call, as plain tuples.
+        return [tuple(r) for r in conn.execute(q).all()]
 
     def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
         """Whether the namespace's live nodes fall into more than ``than`` branches (reads
