@@ -77,11 +77,12 @@ class Retriever:
             dense_hits = {}
         with self.store.reading() as conn:
             qterms = list(dict.fromkeys(text.terms(query)))
-            postings = self.store.postings(conn, self.namespace, qterms)
-            lexical = self._lexical(conn, postings)
-            lex_top = _top_with_ties(lexical, r.candidates)
+            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings)
+            lex_top = _top_with_ties(words.lexical, r.candidates)
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
                                             embedding=True)
+            words.complete(cand_rows)
+            postings, lexical = words.postings, words.lexical
             # Every candidate's dense score from its stored embedding: the index only
             # proposes candidates, so its float arithmetic (and an approximate search
             # that may order near-ties differently after a reload) never decides.
@@ -107,7 +108,8 @@ class Retriever:
 
             rows = self.store.branch_rows(conn, self.namespace, list(branch_score))
             branch_nodes = [node_from_row(row) for row in rows]
-            local = _local_lexical(postings, branch_nodes)
+            words.complete({n.id: None for n in branch_nodes})
+            local = _local_lexical(postings, branch_nodes, words.known)
             matrix = np.stack([from_blob(row.embedding) for row in rows]) if rows else np.zeros((0, len(qvec)))
             # The opened branches, every node, with lexical scores counted inside each
             # branch; and the strongest stage-1 candidates of the other branches, so a
@@ -186,12 +188,6 @@ class Retriever:
                     reserved[s.node.id] = s
         rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=rank_key)
         return sorted(reserved.values(), key=rank_key, reverse=True), rest
-
-    def _lexical(self, conn: Connection, postings: Sequence[Posting]) -> dict[str, float]:
-        """Per node: the share of the query's informative (idf-weighted) terms it holds."""
-        if not postings:
-            return {}
-        return _idf_share(postings, self.store.live_count(conn, self.namespace))
 
     def _standing(self, scored: Iterable[_Scored], taken: set[str]) -> list[_Scored]:
         """The branch's high-weight state, preferences and decisions, the query aside.
@@ -303,6 +299,45 @@ class _Ranked(Protocol):
     def score(self) -> float: ...
 
 
+class _QueryWords:
+    """The query's words in the lexical index: per node, the share of the query's
+    informative (idf-weighted) words it holds (``lexical``), and the postings read.
+
+    A word held by at most ``common`` live nodes has its postings read in full: every
+    node holding it gets a share, so it can become a candidate. A more common word
+    is only counted (its document frequency weighs it) and its postings are read
+    for the nodes :meth:`complete` names, the ones already in question: its idf is
+    low, and listing it would make a query's cost grow with the memory's size."""
+
+    def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int) -> None:
+        self._store, self._conn, self._namespace = store, conn, namespace
+        self.df = store.term_df(conn, namespace, qterms)
+        #: The query's words the namespace knows.
+        self.known = [t for t in qterms if t in self.df]
+        n_docs = store.live_count(conn, namespace) if self.known else 0
+        self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
+        total = sum(self.idf.values())
+        self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
+        listed = [t for t in self.known if not common or self.df[t] <= common]
+        self._common = [t for t in self.known if t not in listed]
+        self.postings: list[Posting] = store.postings(conn, namespace, listed)
+        self.lexical: dict[str, float] = defaultdict(float)
+        for term, node_id, _ in self.postings:
+            self.lexical[node_id] += self._part[term]
+        self._completed: set[str] = set()
+
+    def complete(self, ids: Iterable[str]) -> None:
+        """Read the common words' postings of ``ids`` too."""
+        todo = [i for i in ids if i not in self._completed]
+        self._completed.update(todo)
+        if not self._common or not todo:
+            return
+        more = self._store.postings(self._conn, self._namespace, self._common, todo)
+        self.postings.extend(more)
+        for term, node_id, _ in more:
+            self.lexical[node_id] += self._part[term]
+
+
 def rank_key(s: _Ranked) -> tuple[float, float, str]:
     """The sort key of retrieved memories, largest best: by score; ties go to the
     newer memory, then by content, never by id (random), so the same memories
@@ -391,7 +426,7 @@ def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:
     return out
 
 
-def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node]) -> dict[str, float]:
+def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: Iterable[str]) -> dict[str, float]:
     """BM25 inside each branch, scaled to about [0, 1]: document frequencies and the
     average length are counted in the node's branch alone, so the words every memory
     of a branch shares (its ticket id, its customer) locate the branch in stage 1
@@ -403,7 +438,7 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node]) -> dict[s
     length = {n.id: len(n.content) for n in nodes}
     sizes = Counter(branch_of.values())
     avg = defaultdict(float, {b: sum(length[i] for i, bb in branch_of.items() if bb == b) / n for b, n in sizes.items()})
-    known = {term for term, _, _ in postings}
+    known = set(known)
     df = Counter((branch_of[node_id], term) for term, node_id, _ in postings if node_id in branch_of)
     total = {b: sum(_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
     out: dict[str, float] = defaultdict(float)

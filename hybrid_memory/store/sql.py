@@ -528,15 +528,33 @@ class SqlStore:
         for chunk in _chunks(list(ids), 500):
             conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
 
-    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> list[tuple[str, str, int]]:
-        """(term, node_id, term frequency) for every live node holding one of ``query_terms``."""
+    def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]:
+        """How many live nodes hold each of ``query_terms`` (terms no node holds are left
+        out), counted off the index without reading the postings."""
         if not query_terms:
+            return {}
+        cut = {t[:64]: t for t in query_terms}
+        q = (select(terms.c.term, func.count()).where(terms.c.namespace == namespace, terms.c.term.in_(list(cut)))
+             .group_by(terms.c.term))
+        return {cut[t]: int(n) for t, n in conn.execute(q).all()}
+
+    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str],
+                 node_ids: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+        """(term, node_id, term frequency) for every live node holding one of
+        ``query_terms`` (of ``node_ids`` only, when given)."""
+        ids = None if node_ids is None else list(dict.fromkeys(node_ids))
+        if not query_terms or ids == []:
             return []
+        cut = {t[:64]: t for t in query_terms}
+        if ids is not None and len(ids) > 500:
+            return [p for chunk in _chunks(ids, 500) for p in self.postings(conn, namespace, query_terms, chunk)]
         q = select(terms.c.term, terms.c.node_id, terms.c.tf).where(
-            terms.c.namespace == namespace, terms.c.term.in_([t[:64] for t in query_terms])
+            terms.c.namespace == namespace, terms.c.term.in_(list(cut))
         )
+        if ids is not None:
+            q = q.where(terms.c.node_id.in_(ids))
         # Thousands of rows for a query of common words: fetched in one call, as plain tuples.
-        return [tuple(r) for r in conn.execute(q).all()]
+        return [(cut.get(t, t), i, tf) for t, i, tf in conn.execute(q).all()]
 
     def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
         """Whether the namespace's live nodes fall into more than ``than`` branches (reads

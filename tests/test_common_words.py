@@ -1,0 +1,81 @@
+"""retrieval.common_postings: a query word held by many memories is counted, not
+listed; it still weighs in every score it is part of, but cannot make a memory a
+lexical candidate on its own. With the limit off, retrieval is what it always was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hybrid_memory import ROOT, MemoryTree
+from hybrid_memory.retrieval import _QueryWords
+from hybrid_memory.text import terms
+
+# "ticket" / "工单" is in every memory of the first task; the other words are rare.
+TICKETS = [
+    ("Support ticket: printer offline on floor 3", "task"),
+    ("Ticket note: the printer driver was reinstalled", "event"),
+    ("Ticket note: toner cartridge replaced", "event"),
+    ("Ticket note: customer prefers email updates", "preference"),
+    ("Ticket note: reproduced the paper jam in the lab", "event"),
+]
+ORDERS = [
+    ("工单：报销差旅费用", "task"),
+    ("工单备注：出租车发票已上传", "event"),
+    ("工单备注：财务要求补充酒店发票", "event"),
+    ("工单备注：审批人是张经理", "fact"),
+]
+
+
+def _fill(mem: MemoryTree) -> None:
+    for rows in (TICKETS, ORDERS):
+        task = mem.add(rows[0][0], type=rows[0][1], parent=ROOT)
+        for content, kind in rows[1:]:
+            mem.add(content, type=kind, parent=task)
+
+
+def _words(mem: MemoryTree, query: str, common: int) -> _QueryWords:
+    with mem.store.reading() as conn:
+        w = _QueryWords(mem.store, conn, mem.namespace, list(dict.fromkeys(terms(query))), common)
+        before = dict(w.lexical)
+        w.complete(n.id for n in mem.nodes())
+    w.before = before  # type: ignore[attr-defined]
+    return w
+
+
+@pytest.mark.parametrize("query", ["Which ticket note says the paper jam was reproduced?", "哪条工单备注提到酒店发票？"])
+def test_a_common_word_is_counted_not_listed(open_memory: Any, query: str) -> None:
+    mem = open_memory()
+    _fill(mem)
+    full = _words(mem, query, 0)
+    capped = _words(mem, query, 3)
+    common = [t for t in full.known if full.df[t] > 3]
+    assert common, "the query holds a word of more than three memories"
+    # The same document frequencies and weights, so the same shares once completed.
+    assert capped.df == full.df and capped.idf == full.idf
+    assert capped.lexical == pytest.approx(full.lexical)
+    # Before completion only memories holding a rare word of the query had a share:
+    # one holding nothing but the common word is no candidate.
+    rare = {i for t, i, _ in full.postings if full.df[t] <= 3}
+    assert set(capped.before) == rare
+    assert set(full.before) > rare
+
+
+def test_with_the_limit_above_every_word_retrieval_is_unchanged(open_memory: Any, tmp_path: Any) -> None:
+    answers = []
+    for common in (0, 2, 1000):
+        mem = open_memory(folder=tmp_path / f"m{common}", retrieval={"common_postings": common})
+        _fill(mem)
+        recall = mem.retrieve("Which ticket note says the paper jam was reproduced?", reinforce=False)
+        # (sorted: the memories share one clock time, so tree order among siblings is by random id)
+        answers.append(sorted((s.node.content, round(s.score, 9), s.reason) for s in recall.nodes))
+        assert "Ticket note: reproduced the paper jam in the lab" in [s.node.content for s in recall.nodes]
+    assert answers[0] == answers[2]
+
+
+def test_a_negative_limit_is_refused(open_memory: Any) -> None:
+    from hybrid_memory.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="common_postings"):
+        open_memory(retrieval={"common_postings": -1})
