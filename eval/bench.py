@@ -8,7 +8,8 @@ For each size a trace is generated (the evaluation's generator, so the workload
 has interleaved tasks, subtasks and questions with known answers) and measured:
 
 - ingest: the raw embedding throughput of the same texts (batch 1 latency and
-  batched throughput), ``add_many`` in nodes/s, single ``add`` p50/p95 latency;
+  batched throughput), ``add_many`` in nodes/s, single ``add`` p50/p95 latency
+  beside one vector upserted into Chroma alone (the index write every add pays);
 - retrieval: ``retrieve`` p50/p95/p99 with the query embedding and without it
   (the second pass reads the query vectors from a cache), beside a bare Chroma
   top-k query with the same vector on the same collection (``flat_vector``), and
@@ -124,6 +125,12 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
             from_sys.setdefault(node.id, e["id"])
         if single:
             out["add_ms"] = latency(single)
+            # The floor under a single add: one vector written to Chroma on its own (a
+            # scratch collection of the same folder), what every add pays after its commit.
+            probe = vectors.embed([e["content"] for e in tail[:50]])
+            out["chroma_upsert_1_ms"] = latency(
+                [timed(partial(mem.index.upsert, "bench-floor", [f"floor-{i}"], probe[i : i + 1]))[1]
+                 for i in range(len(probe))])
         steps.update()
 
         # Retrieval: the first pass embeds each question, the second reads its vector
@@ -208,7 +215,8 @@ def _reopen(folder: Path, embedder: CachedEmbedder, config: Config) -> None:
 
 def table(results: dict[str, Any]) -> str:
     """The markdown table of a run."""
-    head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | retrieve p50/p95 ms "
+    head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | Chroma upsert 1 p50 ms "
+            "| retrieve p50/p95 ms "
             "| no-embed p50/p95 ms | flat_vector p50/p95 ms | ratio | recall hybrid / flat "
             "| open+recover ms | forget ms | RSS MB | bytes/node | cold stats / retrieve ms | export / import s |")
     rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
@@ -218,6 +226,7 @@ def table(results: dict[str, Any]) -> str:
         rows.append(
             f"| {r['nodes']:,} | {r['embedding']['batch_texts_per_s']:.0f} | {r['add_many_nodes_per_s']:.0f} "
             f"| {r.get('add_ms', {}).get('p50', float('nan')):.1f} | {r['embedding']['single_ms']['p50']:.1f} "
+            f"| {r.get('chroma_upsert_1_ms', {}).get('p50', float('nan')):.1f} "
             f"| {rv.get('p50', 0):.1f} / {rv.get('p95', 0):.1f} | {nv.get('p50', 0):.1f} / {nv.get('p95', 0):.1f} "
             f"| {fv.get('p50', 0):.2f} / {fv.get('p95', 0):.2f} | {r.get('retrieve_over_flat_p50', 0):.1f}x "
             f"| {rec.get('hybrid', 0):.3f} / {rec.get('flat_vector', 0):.3f} | {r['open_recover_ms']:.0f} "
