@@ -63,6 +63,7 @@ class Retriever:
         self.embedder = embedder
         self.config = config
         self.namespace = namespace
+        self._counted: tuple[int, int] | None = None  # (log position, live nodes) of the last count
 
     # -- with a query ------------------------------------------------------------
 
@@ -77,7 +78,7 @@ class Retriever:
             dense_hits = {}
         with self.store.reading() as conn:
             qterms = list(dict.fromkeys(text.terms(query)))
-            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings)
+            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count)
             lex_top = _top_with_ties(words.lexical, r.candidates)
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
                                             embedding=True)
@@ -188,6 +189,15 @@ class Retriever:
                     reserved[s.node.id] = s
         rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=rank_key)
         return sorted(reserved.values(), key=rank_key, reverse=True), rest
+
+    def _live_count(self, conn: Connection) -> int:
+        """How many live nodes the namespace holds (the idf's document count). Counting
+        reads the whole status index; every change to the live set is logged, so the
+        count is kept until the log moves on (a seek to its last position)."""
+        seq = self.store.last_seq(conn, self.namespace)
+        if self._counted is None or self._counted[0] != seq:
+            self._counted = (seq, self.store.live_count(conn, self.namespace))
+        return self._counted[1]
 
     def _standing(self, scored: Iterable[_Scored], taken: set[str]) -> list[_Scored]:
         """The branch's high-weight state, preferences and decisions, the query aside.
@@ -309,12 +319,14 @@ class _QueryWords:
     for the nodes :meth:`complete` names, the ones already in question: its idf is
     low, and listing it would make a query's cost grow with the memory's size."""
 
-    def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int) -> None:
+    def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int,
+                 live_count: Callable[[Connection], int] | None = None) -> None:
         self._store, self._conn, self._namespace = store, conn, namespace
         self.df = store.term_df(conn, namespace, qterms)
         #: The query's words the namespace knows.
         self.known = [t for t in qterms if t in self.df]
-        n_docs = store.live_count(conn, namespace) if self.known else 0
+        count = live_count or (lambda c: store.live_count(c, namespace))
+        n_docs = count(conn) if self.known else 0
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
         total = sum(self.idf.values())
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}

@@ -79,3 +79,30 @@ def test_a_negative_limit_is_refused(open_memory: Any) -> None:
 
     with pytest.raises(ConfigError, match="common_postings"):
         open_memory(retrieval={"common_postings": -1})
+
+
+def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: Any, tmp_path: Any) -> None:
+    """The idf's document count is kept between queries until the log moves on:
+    after adds, an archive and a delete, the same handle answers as a new one."""
+    folder = tmp_path / "m"
+    mem = open_memory(folder=folder)
+    _fill(mem)
+    query = "哪条工单备注提到酒店发票？"
+
+    def answer(m: MemoryTree) -> list[tuple[str, float]]:
+        return sorted((s.node.content, round(s.score, 9)) for s in m.retrieve(query, reinforce=False).nodes)
+
+    first = answer(mem)
+    with mem.store.reading() as conn:
+        assert mem._retriever._live_count(conn) == mem.stats().live == len(TICKETS) + len(ORDERS)
+    notes = [n for n in mem.nodes() if n.content.startswith("工单备注")]
+    for change in (lambda: mem.archive(notes[0]), lambda: mem.delete(notes[1]),
+                   lambda: mem.add("工单备注：酒店发票已补交", type="event", parent=notes[2].parent_id)):
+        change()
+        with mem.store.reading() as conn:
+            assert mem._retriever._live_count(conn) == mem.stats().live
+        mine = answer(mem)
+        other = open_memory(folder=folder)
+        assert mine == answer(other)
+        other.close()
+    assert mine != first

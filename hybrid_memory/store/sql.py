@@ -548,13 +548,27 @@ class SqlStore:
         cut = {t[:64]: t for t in query_terms}
         if ids is not None and len(ids) > 500:
             return [p for chunk in _chunks(ids, 500) for p in self.postings(conn, namespace, query_terms, chunk)]
-        q = select(terms.c.term, terms.c.node_id, terms.c.tf).where(
-            terms.c.namespace == namespace, terms.c.term.in_(list(cut))
-        )
-        if ids is not None:
-            q = q.where(terms.c.node_id.in_(ids))
-        # Thousands of rows for a query of common words: fetched in one call, as plain tuples.
-        return [(cut.get(t, t), i, tf) for t, i, tf in conn.execute(q).all()]
+        rows: Sequence[Any]
+        if self.is_sqlite:
+            # Thousands of rows for a query of common words: read through the driver's
+            # cursor, as plain tuples (SQLAlchemy's rows cost as much again).
+            sql = (f"SELECT term, node_id, tf FROM {terms.name} WHERE namespace = ? "
+                   f"AND term IN ({','.join('?' * len(cut))})")
+            params: list[str] = [namespace, *cut]
+            if ids is not None:
+                sql += f" AND node_id IN ({','.join('?' * len(ids))})"
+                params += ids
+            rows = conn.connection.driver_connection.execute(sql, params).fetchall()  # type: ignore[union-attr]
+        else:
+            q = select(terms.c.term, terms.c.node_id, terms.c.tf).where(
+                terms.c.namespace == namespace, terms.c.term.in_(list(cut))
+            )
+            if ids is not None:
+                q = q.where(terms.c.node_id.in_(ids))
+            rows = conn.execute(q).all()
+        if any(len(t) > 64 for t in query_terms):
+            return [(cut.get(t, t), i, tf) for t, i, tf in rows]
+        return list(rows)
 
     def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
         """Whether the namespace's live nodes fall into more than ``than`` branches (reads
