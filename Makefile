@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: install demo test eval bench lint typecheck clean
+.PHONY: install demo test eval bench bench-peers lint typecheck clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -36,6 +36,13 @@ eval: $(STAMP)
 BENCH_SIZES ?= 1000,10000
 bench: $(STAMP)
 	$(BIN)/python -m eval.bench --sizes $(BENCH_SIZES) --out bench-out
+
+# mem0 and LangGraph's InMemoryStore beside hybrid_memory on one generated workload, each
+# peer in a virtualenv of its own made once under bench-out/peer-envs (never a project
+# dependency); table.md and results.json land in bench-out/peers.
+PEER_NODES ?= 1000
+bench-peers: $(STAMP)
+	$(BIN)/python -m eval.peers --nodes $(PEER_NODES) --out bench-out/peers
 
 lint: $(STAMP)
 	$(BIN)/ruff check hybrid_memory tests examples eval

@@ -51,6 +51,7 @@ class WriteConfig:
     max_content_chars: int
     focus_new_tasks: bool
     checkpoint_on_focus: bool
+    index_batch: int
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,8 @@ def _validate(c: Config) -> None:
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):
         raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
+    if c.write.index_batch < 1:
+        raise ConfigError("write.index_batch must be >= 1")
     if r.common_postings < 0:
         raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:

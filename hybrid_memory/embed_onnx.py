@@ -32,6 +32,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -343,9 +344,15 @@ def _load_checked(path: Path, pipeline: Pipeline, tokenizer: _Tokenizer, key: st
     return runtime
 
 
+#: A recorded export failure is trusted this long; then the export is tried again
+#: (a failure may have been passing: a full disk, a package installed since).
+RETRY_AFTER_S = 3600.0
+
+
 def failed_marker(target: Path) -> Path:
     """Where a failed export of ``target`` is recorded, so that later processes do not
-    pay for the same failure again (the key changes with the weights; delete it to retry)."""
+    pay for the same failure again for :data:`RETRY_AFTER_S` (the key changes with
+    the weights; delete it to retry at once)."""
     return target.with_suffix(".failed")
 
 
@@ -554,7 +561,7 @@ class OnnxEmbedder:
         if loaded is not None:
             return loaded
         failed = failed_marker(path)
-        if failed.is_file() and not path.is_file():
+        if failed.is_file() and not path.is_file() and time.time() - failed.stat().st_mtime < RETRY_AFTER_S:
             reason = failed.read_text(encoding="utf-8", errors="replace").strip()
             raise ConfigError(f"{reason} (recorded in {failed}; delete it to try the export again)")
         tokenizer = _Tokenizer(pipeline)

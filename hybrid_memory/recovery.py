@@ -63,6 +63,29 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
     return len(rows)
 
 
+def nearest(store: SqlStore, index: VectorIndex, namespace: str, vectors: np.ndarray[Any, Any],
+            n: int) -> list[list[tuple[str, float]]]:
+    """The ``n`` nearest nodes (id, cosine) of each vector, best first: the index's
+    answer, merged with the nodes whose index write still waits in the outbox,
+    scored exactly from their stored embeddings (so a write is found before the
+    index has it). Index failures propagate."""
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    found = index.query(namespace, matrix, n)
+    with store.reading() as conn:
+        ids = store.pending_upserts(conn, namespace)
+        stored = store.embeddings(conn, ids) if ids else {}
+    if not stored:
+        return found
+    keys = list(stored)
+    sims = matrix @ np.stack([stored[k] for k in keys]).T
+    out = []
+    for row, hits in zip(sims, found, strict=True):
+        merged = dict(hits)
+        merged.update(zip(keys, (float(x) for x in row), strict=True))
+        out.append(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n])
+    return out
+
+
 def _live_embeddings(store: SqlStore, namespace: str) -> Iterator[tuple[list[str], np.ndarray[Any, Any]]]:
     with store.reading() as conn:
         ids = store.live_ids(conn, namespace)
@@ -153,4 +176,4 @@ def reindex(
     return done
 
 
-__all__: Sequence[str] = ["corrupt_log_entries", "drain_outbox", "reindex", "repair", "verify"]
+__all__: Sequence[str] = ["corrupt_log_entries", "drain_outbox", "nearest", "reindex", "repair", "verify"]

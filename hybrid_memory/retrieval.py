@@ -26,6 +26,7 @@ from .config import Config
 from .embed import Embedder
 from .forgetting import superseded_states
 from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
+from .recovery import nearest
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
 from .weights import blend, weight
@@ -72,7 +73,7 @@ class Retriever:
         qvec = self.embedder.embed([query])[0]
         dense_mix = r.dense_share * self.embedder.coverage(query)
         try:
-            dense_hits = dict(self.index.query(self.namespace, qvec[None, :], r.candidates)[0])
+            dense_hits = dict(nearest(self.store, self.index, self.namespace, qvec[None, :], r.candidates)[0])
         except Exception as exc:  # the index is derived; lexical search still answers
             log.warning("vector index unavailable, lexical retrieval only: %s", exc)
             dense_hits = {}

@@ -83,7 +83,12 @@ class MemoryTree:
         self.session = check.namespace(session)
         self.config = config or Config.load()
         self.store = store
-        self.index = index
+        #: The vector index. Reading it here (query, ids, vectors) first applies the
+        #: index writes still waiting in the outbox (see ``write.index_batch``).
+        self.index: VectorIndex = index if self.config.write.index_batch == 1 else _AppliedFirst(
+            index, self._apply_index_work)
+        self._index = index
+        self._unindexed = 0  # index writes of this handle waiting in the outbox
         self.embedder = embedder
         self.folder = folder
         self._clock = clock
@@ -120,9 +125,9 @@ class MemoryTree:
         elif sample:
             # An embedded index whose folder is there is taken as whole (verify() compares
             # its contents): asking it would load chromadb, most of a command's start.
-            lost = getattr(self.index, "folder_lost", lambda: None)()
+            lost = getattr(self._index, "folder_lost", lambda: None)()
             try:
-                if lost or (lost is None and not self.index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]):
+                if lost or (lost is None and not self._index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]):
                     problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
             except Exception as exc:  # the index is derived: report, keep serving from the store
                 problems.append(f"the vector index cannot be read ({exc}): run reindex()")
@@ -203,10 +208,15 @@ class MemoryTree:
         if self._closed:
             return
         try:
-            self.flush()
+            if self._pending_access:
+                self._write_flushing(lambda conn: None)
+            try:
+                self._apply_index_work()
+            except Exception as exc:  # what is left waits in the outbox; the next open applies it
+                log.warning("index writes left in the outbox at close: %s", exc)
         finally:
             self._closed = True
-            self.index.close()
+            self._index.close()
             self.store.close()
 
     def flush(self) -> None:
@@ -342,7 +352,7 @@ class MemoryTree:
             return self._writer.write_batch(conn, prepared, vectors, neighbours)
 
         result = self._write_flushing(run)
-        self._drain()
+        self._drain(sum(not n.merged for n in result))  # a merge writes no vector
         return result
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
@@ -758,19 +768,33 @@ class MemoryTree:
 
     # -- recovery and observation ---------------------------------------------------
 
-    def _drain(self) -> None:
-        drain_outbox(self.store, self.index, self.namespace, self._fault)
+    def _drain(self, writes: int = 1) -> None:
+        """After a mutation: its index writes wait in the outbox (durably) until
+        ``write.index_batch`` of them are pending, then go in as one."""
+        self._unindexed += writes
+        if self._unindexed >= self.config.write.index_batch:
+            self._apply_index_work()
+
+    def _apply_index_work(self) -> None:
+        """When this handle has index writes waiting for their batch, apply every index
+        write waiting in the outbox (with any other's). Work left there by a failed
+        index write waits for the next batch or open, as before."""
+        if self._unindexed:
+            self._unindexed = 0
+            drain_outbox(self.store, self._index, self.namespace, self._fault)
 
     def verify(self) -> Drift:
         """Compare the vector index with the relational truth (changes nothing)."""
         self._live_check()
-        return verify(self.store, self.index, self.namespace)
+        self._apply_index_work()  # this handle's writes waiting for their batch are not drift
+        return verify(self.store, self._index, self.namespace)
 
     def repair(self) -> Drift:
         """Replay pending index work, then make the index match the relational truth
         and mark unreadable log entries. Returns the drift that was found."""
         self._live_check()
-        drift = repair(self.store, self.index, self.namespace, self._fault)
+        self._unindexed = 0
+        drift = repair(self.store, self._index, self.namespace, self._fault)
         self._problems = self._open_problems()
         return drift
 
@@ -790,7 +814,8 @@ class MemoryTree:
                 bar.update(done - bar.n)
 
         try:
-            written = reindex(self.store, self.index, self.namespace, progress=report)
+            self._apply_index_work()
+            written = reindex(self.store, self._index, self.namespace, progress=report)
         finally:
             if bar is not None:
                 bar.close()
@@ -892,7 +917,33 @@ class MemoryTree:
         self.store.write(run)
 
 
+class _AppliedFirst:
+    """A vector index whose reads first apply the index writes waiting in the outbox,
+    so that what a caller reads through ``MemoryTree.index`` includes every write."""
 
+    def __init__(self, index: VectorIndex, apply: Callable[[], None]) -> None:
+        self._inner, self._apply = index, apply
 
+    def upsert(self, namespace: str, ids: Sequence[str], vectors: Any) -> None:
+        self._inner.upsert(namespace, ids, vectors)
 
+    def delete(self, namespace: str, ids: Sequence[str]) -> None:
+        self._inner.delete(namespace, ids)
 
+    def query(self, namespace: str, vectors: Any, n: int) -> list[list[tuple[str, float]]]:
+        self._apply()
+        return self._inner.query(namespace, vectors, n)
+
+    def ids(self, namespace: str) -> set[str]:
+        self._apply()
+        return self._inner.ids(namespace)
+
+    def vectors(self, namespace: str, ids: Sequence[str]) -> dict[str, Any]:
+        self._apply()
+        return self._inner.vectors(namespace, ids)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

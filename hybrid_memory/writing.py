@@ -20,6 +20,7 @@ from .config import Config
 from .embed import Embedder
 from .errors import InvalidInputError, InvalidTypeError, NamespaceError, NotFoundError
 from .model import Node, NodeType, Status
+from .recovery import nearest
 from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import VectorIndex
 from .weights import blend, check_unit
@@ -129,7 +130,7 @@ class Writer:
         # branch and type are checked against the relational truth inside the write.
         n = self.config.dedup.candidates
         try:
-            return self.index.query(self.namespace, vectors, n)
+            return nearest(self.store, self.index, self.namespace, vectors, n)
         except Exception as exc:  # the index is derived: a failure only skips dedup
             log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
             return [[] for _ in range(len(vectors))]

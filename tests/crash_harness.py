@@ -44,6 +44,7 @@ def writer(folder: str, seed: int) -> None:
 
     with MemoryTree.open(folder, namespace=NAMESPACE) as mem:
         mem.embedder.embed(["warm up"])
+        mem.index.ids(mem.namespace)  # the index client loads on first use: before the clock starts
         known = [n.id for n in mem.nodes()]
         say(ready=True)
         i = 0

@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
 
 from hybrid_memory import Config, ConfigError, MemoryTree, NodeType, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.embed import bundled_model_path, make_embedder  # noqa: E402
-from hybrid_memory.embed_onnx import OnnxEmbedder, failed_marker, read_pipeline  # noqa: E402
+from hybrid_memory.embed_onnx import RETRY_AFTER_S, OnnxEmbedder, failed_marker, read_pipeline  # noqa: E402
 
 ENGLISH = [
     "Expense claim for Zhang San (R&D), submitted on March 3rd.",
@@ -302,6 +302,12 @@ def test_a_recorded_failure_is_not_retried(onnx: OnnxEmbedder, tmp_path: Path, e
     auto = OnnxEmbedder(cache_dir=tmp_path, fallback=embedder)
     np.testing.assert_allclose(auto.embed(["x"]), embedder.embed(["x"]))
     assert auto.backend == "fallback"
+    # An old record is tried again: the export works now, and the record goes.
+    old = marker.stat().st_mtime - RETRY_AFTER_S - 60
+    os.utime(marker, (old, old))
+    again = OnnxEmbedder(cache_dir=tmp_path)
+    np.testing.assert_allclose(again.embed(["x"]), embedder.embed(["x"]), atol=1e-5)
+    assert not marker.exists() and again.export_path.is_file()
 
 
 def _model_copy(tmp_path: Path, name: str) -> Path:

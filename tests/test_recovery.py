@@ -47,7 +47,7 @@ def reopen(open_memory: Any, folder: Path) -> MemoryTree:
 
 @pytest.mark.parametrize("point", ["before_index", "after_index"])
 def test_a_crash_around_the_index_write_is_healed_at_the_next_open(open_memory, folder, point):
-    mem = open_memory(folder=folder)
+    mem = open_memory(folder=folder, write={"index_batch": 1})  # the index write follows every commit
     task = mem.add("Expense claim for Zhang San", type="task")
     mem._fault_hook = crash_at(point)
     with pytest.raises(Crash):
@@ -96,7 +96,7 @@ def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
 
 
 def test_verify_finds_each_kind_of_drift_and_repair_fixes_it(open_memory, folder):
-    mem = open_memory(folder=folder)
+    mem = open_memory(folder=folder, write={"index_batch": 1})
     task = mem.add("Travel booking for the Berlin trip", type="task")
     hotel = mem.add("Hotel booked near the station", type="fact")
     flight = mem.add("Flight leaves at 07:40", type="fact")
@@ -243,3 +243,27 @@ def test_a_reader_sees_what_another_process_wrote(embedder, folder, tmp_path):
     reader.close()
     assert recall.branches and "tax filing" in recall.branches[0].title
     assert recall.nodes[0].dense > 0.2  # found by its vector, not only by words
+
+
+def test_index_writes_wait_for_a_batch_and_nothing_written_is_missed_meanwhile(open_memory, folder):
+    mem = open_memory(folder=folder, write={"index_batch": 4})
+    task = mem.add("Travel booking for the Berlin offsite", type="task")
+    hotel = mem.add("Hotel Adlon confirmed for three nights", type="fact")
+    mem.add("差旅预算上限为每晚 200 欧元", type="fact")
+    assert mem._index.ids(mem.namespace) == set()  # three writes wait in the outbox
+    # Found by meaning before the index has it, and a twin of a waiting memory merges.
+    assert hotel.id in mem.retrieve("which hotel did we book?").ids
+    again = mem.add("Hotel Adlon confirmed for three nights.", type="fact")
+    assert again.merged and again.id == hotel.id
+    assert mem._index.ids(mem.namespace) == set()  # a merge writes no vector
+    fourth = mem.add("Flight LH 2037 leaves at 07:40", type="fact")
+    assert mem._index.ids(mem.namespace) == {task.id, hotel.id, fourth.id} | {
+        n.id for n in mem.nodes() if n.content.startswith("差旅")}
+    # Waiting writes survive a crash (no close): the next open applies them.
+    late = mem.add("Taxi to the airport at 05:30", type="event")
+    assert late.id not in mem._index.ids(mem.namespace)
+    other = reopen(open_memory, folder)
+    assert late.id in other._index.ids(other.namespace) and other.verify().clean
+    # Reading through MemoryTree.index applies what waits first.
+    extra = other.add("Return flight on Friday evening", type="fact")
+    assert extra.id in other.index.ids(other.namespace)

@@ -658,6 +658,13 @@ class SqlStore:
     def pending(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace).order_by(outbox.c.seq)))
 
+    def pending_upserts(self, conn: Connection, namespace: str, limit: int = 4096) -> list[str]:
+        """Ids of the nodes whose index upsert waits in the outbox, the latest ``limit``."""
+        q = (select(outbox.c.node_id, func.max(outbox.c.seq).label("last"))
+             .where(outbox.c.namespace == namespace, outbox.c.action == "upsert")
+             .group_by(outbox.c.node_id).order_by(func.max(outbox.c.seq).desc()).limit(limit))
+        return [r[0] for r in conn.execute(q).all()]
+
     def clear_outbox(self, conn: Connection, seqs: Sequence[int]) -> None:
         for chunk in _chunks(list(seqs), 500):
             conn.execute(delete(outbox).where(outbox.c.seq.in_(chunk)))
