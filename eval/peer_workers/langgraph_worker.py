@@ -1,5 +1,5 @@
-# mypy: disable-error-code="import-not-found, import-untyped"
-# (the peer packages live in the peer's own environment, not in the project's)
+# mypy: disable-error-code="import-not-found, import-untyped, no-any-return"
+# (the peer packages live in the peer's own environment, not in the project's; worker_common is a sibling imported as the script runs)
 """LangGraph's InMemoryStore on the peers workload, run by ``eval/peers.py`` inside
 LangGraph's own environment.
 
@@ -24,30 +24,19 @@ environment. It writes raw measurements; eval/peers.py turns them into figures.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from importlib import metadata
-from pathlib import Path
 from typing import Any
+
+import worker_common
+from worker_common import versions
 
 K = 10
 BATCH = 512
 NAMESPACE = ("bench",)
 PACKAGES = ("langgraph", "langgraph-checkpoint", "sentence-transformers", "transformers", "torch", "numpy")
-
-
-def versions(names: tuple[str, ...]) -> dict[str, str]:
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "absent"
-    return found
 
 
 def chunks(memories: Sequence[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -125,17 +114,10 @@ def run(workload: dict[str, Any], *, progress: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="LangGraph InMemoryStore on a peers workload file.")
-    p.add_argument("workload", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = p.parse_args(argv)
-    workload = json.loads(args.workload.read_text(encoding="utf-8"))
-    result = run(workload, progress=not args.quiet)
-    args.out.write_text(json.dumps(result), encoding="utf-8")
-    print(f"langgraph: {result['nodes']} memories put in {result['add_s']:.1f} s, "
-          f"batched in {result['batched']['s']:.1f} s, {len(result['ranked'])} searches")
-    return 0
+    return worker_common.main(
+        argv, "LangGraph InMemoryStore on a peers workload file.", lambda w, progress: run(w, progress=progress),
+        lambda r: (f"langgraph: {r['nodes']} memories put in {r['add_s']:.1f} s, "
+                   f"batched in {r['batched']['s']:.1f} s, {len(r['ranked'])} searches"))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-# mypy: disable-error-code="import-not-found, import-untyped"
-# (the peer packages live in the peer's own environment, not in the project's)
+# mypy: disable-error-code="import-not-found, import-untyped, no-any-return"
+# (the peer packages live in the peer's own environment, not in the project's; worker_common is a sibling imported as the script runs)
 """mem0 on the peers workload, run by ``eval/peers.py`` inside mem0's own environment.
 
     python mem0_worker.py WORKLOAD.json OUT.json [--quiet]
@@ -19,29 +19,19 @@ definitions, the same for every system.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import worker_common
+from worker_common import versions
 
 K = 10
 USER = "bench"
 PACKAGES = ("mem0ai", "chromadb", "sentence-transformers", "transformers", "torch", "numpy")
-
-
-def versions(names: tuple[str, ...]) -> dict[str, str]:
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "absent"
-    return found
 
 
 def run(workload: dict[str, Any], folder: Path, *, progress: bool) -> dict[str, Any]:
@@ -98,18 +88,15 @@ def run(workload: dict[str, Any], folder: Path, *, progress: bool) -> dict[str, 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="mem0 (infer=False, Chroma) on a peers workload file.")
-    p.add_argument("workload", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = p.parse_args(argv)
-    workload = json.loads(args.workload.read_text(encoding="utf-8"))
+def _run_in_temp(workload: dict[str, Any], progress: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mem0-bench-") as tmp:
-        result = run(workload, Path(tmp), progress=not args.quiet)
-    args.out.write_text(json.dumps(result), encoding="utf-8")
-    print(f"mem0: {result['nodes']} memories in {result['add_s']:.1f} s, {len(result['ranked'])} searches")
-    return 0
+        return run(workload, Path(tmp), progress=progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_common.main(
+        argv, "mem0 (infer=False, Chroma) on a peers workload file.", _run_in_temp,
+        lambda r: f"mem0: {r['nodes']} memories in {r['add_s']:.1f} s, {len(r['ranked'])} searches")
 
 
 if __name__ == "__main__":
