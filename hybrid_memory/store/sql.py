@@ -404,17 +404,6 @@ class SqlStore:
         )
         return cast("list[Row[Any]]", list(conn.execute(q).all()))
 
-    def find_by_hash(self, conn: Connection, namespace: str, content_hash: str, branch_id: str, type_: str) -> Row[Any] | None:
-        return conn.execute(
-            select(*NODE_COLUMNS).where(
-                nodes.c.namespace == namespace,
-                nodes.c.content_hash == content_hash,
-                nodes.c.branch_id == branch_id,
-                nodes.c.type == type_,
-                nodes.c.status == Status.LIVE.value,
-            )
-        ).first()
-
     def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str]) -> list[Row[Any]]:
         """The live rows of ``namespace`` whose content hash is one of ``hashes``."""
         out: list[Row[Any]] = []
