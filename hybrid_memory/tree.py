@@ -208,8 +208,7 @@ class MemoryTree:
         if self._closed:
             return
         try:
-            if self._pending_access:
-                self._write_flushing(lambda conn: None)
+            self.flush()
             try:
                 self._apply_index_work()
             except Exception as exc:  # what is left waits in the outbox; the next open applies it
