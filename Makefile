@@ -33,9 +33,10 @@ eval: $(STAMP)
 	$(BIN)/python -m eval --generate $(EVAL_NODES) --lang zh --out eval-out/generated-zh
 
 # Speed and scale on generated traces; results.json and table.md land in bench-out/.
-BENCH_SIZES ?= 1000,10000
+BENCH_SIZES ?= 1000,10000,100000
+RELATIONAL_SIZES ?= 1000000
 bench: $(STAMP)
-	$(BIN)/python -m eval.bench --sizes $(BENCH_SIZES) --out bench-out
+	$(BIN)/python -m eval.bench --sizes $(BENCH_SIZES) --relational-sizes $(RELATIONAL_SIZES) --out bench-out
 
 # mem0 and LangGraph's InMemoryStore beside hybrid_memory on one generated workload, each
 # peer in a virtualenv of its own made once under bench-out/peer-envs (never a project

@@ -21,6 +21,12 @@ has interleaved tasks, subtasks and questions with known answers) and measured:
 - cold start: ``hybrid-memory stats``, ``recover`` and ``retrieve`` as whole
   processes on the finished memory (median of three).
 
+``--relational-sizes`` (1M by default) measures the paths that never touch a vector
+(the write path's SQL, open and recover, a forget pass, ``stats``) at sizes where
+embedding every memory would take hours: the trace goes in with filler vectors of the
+model's name and length (random unit vectors, stored like real ones) and an index
+that keeps nothing, so what is timed is the relational store alone.
+
 Figures are for this machine and this run; compare the columns of one run, not
 runs of different days. The latest table is kept in eval/BENCHMARKS.md.
 """
@@ -35,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -42,6 +49,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import ROOT, MemoryTree  # noqa: E402
@@ -192,6 +200,110 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     return out
 
 
+class FillerEmbedder:
+    """Random unit vectors under the real model's name and length: what a relational-only
+    size stores in place of embeddings (it measures no similarity). Each text's vector is
+    seeded by the text, so the same text gets the same vector."""
+
+    def __init__(self, name: str, dim: int) -> None:
+        self._name, self._dim = name, dim
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        out = np.empty((len(texts), self._dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i] = np.random.default_rng(zlib.crc32(t.encode("utf-8"))).standard_normal(self._dim)
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out
+
+    def coverage(self, text: str) -> float:
+        return 1.0
+
+
+class NullIndex:
+    """A vector index that keeps nothing: a relational-only size times the store alone."""
+
+    def upsert(self, namespace: str, ids: Sequence[str], vectors: Any) -> None:
+        pass
+
+    def delete(self, namespace: str, ids: Sequence[str]) -> None:
+        pass
+
+    def query(self, namespace: str, vectors: Any, n: int) -> list[list[tuple[str, float]]]:
+        return [[] for _ in range(len(vectors))]
+
+    def ids(self, namespace: str) -> set[str]:
+        return set()
+
+    def vectors(self, namespace: str, ids: Sequence[str]) -> dict[str, Any]:
+        return {}
+
+    def folder_lost(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, progress: bool,
+                     config_file: Path | None = None) -> dict[str, Any]:
+    """The relational paths at ``nodes`` memories: add_many through SQL alone, open and
+    recover, a forget pass (dry run down to half, then the real one), ``stats`` and
+    ``recover`` as whole processes, bytes on disk per node."""
+    events = generate(nodes, lang=lang, seed=seed)
+    adds = [e for e in events if e["op"] == "add"]
+    del events
+    real = make_embedder(config.embedding)
+    filler = FillerEmbedder(real.name, real.dim)
+    folder = workdir / f"relational-{nodes}"
+    out: dict[str, Any] = {"nodes": len(adds)}
+    to_sys: dict[str, str] = {}
+    chunk_size = 2048
+    bar = tqdm(total=len(adds), desc=f"relational {nodes:,}: add_many", unit="node", disable=not progress,
+               leave=False, file=sys.stderr)
+    with MemoryTree.open(folder, namespace="bench", embedder=filler, index=NullIndex(), config=config) as mem:
+        start = time.perf_counter()
+        spent_embedding = 0.0
+        for i in range(0, len(adds), chunk_size):
+            chunk = adds[i : i + chunk_size]
+            items = [{"key": e["id"], "content": e["content"], "type": e["type"], "ts": e["ts"],
+                      "parent": ROOT if e["parent"] is None else to_sys.get(e["parent"], e["parent"])}
+                     for e in chunk]
+            # The filler vectors cost a little: time them apart and leave them out.
+            _, ms = timed(partial(filler.embed, [it["content"] for it in items]))
+            spent_embedding += ms / 1000.0
+            for e, node in zip(chunk, mem.add_many(items), strict=True):
+                to_sys[e["id"]] = node.id
+            bar.update(len(chunk))
+        bar.close()
+        took = time.perf_counter() - start - spent_embedding
+        out["add_many_sql_nodes_per_s"] = round(len(adds) / max(took, 1e-9), 1)
+        live = mem.stats().live
+    del to_sys, adds
+    _, ms = timed(lambda: _reopen(folder, filler, config, NullIndex()))
+    out["open_recover_ms"] = round(ms, 1)
+    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)
+                            for name, argv in (("stats", ["stats"]), ("recover", ["recover"]))}
+    with MemoryTree.open(folder, namespace="bench", embedder=filler, index=NullIndex(), config=config) as mem:
+        disk = mem.stats().disk_bytes
+        report, ms = timed(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
+        out["forget_dry_run_ms"] = round(ms, 1)
+        out["forget_would_archive"] = len(report.details)
+        report, ms = timed(lambda: mem.forget(max_nodes=max(1, live // 2)))
+        out["forget_ms"] = round(ms, 1)
+        out["forget_archived"] = len(report.details)
+    out["live_nodes"] = live
+    out["disk_bytes_per_node"] = round(disk / max(live, 1), 1)
+    return out
+
+
 def cold_start(folder: Path, command: Sequence[str], config_file: Path | None) -> float:
     """Milliseconds of one whole ``hybrid-memory`` process on the memory in ``folder``
     (interpreter start, imports, open, the command, exit)."""
@@ -208,8 +320,8 @@ def cold_start(folder: Path, command: Sequence[str], config_file: Path | None) -
     return ms
 
 
-def _reopen(folder: Path, embedder: CachedEmbedder, config: Config) -> None:
-    with MemoryTree.open(folder, namespace="bench", embedder=embedder, config=config) as mem:
+def _reopen(folder: Path, embedder: Any, config: Config, index: Any = None) -> None:
+    with MemoryTree.open(folder, namespace="bench", embedder=embedder, config=config, index=index) as mem:
         mem.recover()
 
 
@@ -234,6 +346,18 @@ def table(results: dict[str, Any]) -> str:
             f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} "
             f"| {r.get('export_ms', 0) / 1000:.1f} / {r.get('import_ms', 0) / 1000:.1f} |"
         )
+    relational = results.get("relational", {})
+    if relational:
+        head = ("| nodes (relational only) | add_many SQL /s | open+recover ms | forget dry run / pass ms "
+                "| archived | cold stats / recover ms | bytes/node |")
+        rows += ["", head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+        for r in relational.values():
+            rows.append(
+                f"| {r['nodes']:,} | {r['add_many_sql_nodes_per_s']:.0f} | {r['open_recover_ms']:.0f} "
+                f"| {r['forget_dry_run_ms']:.0f} / {r['forget_ms']:.0f} | {r['forget_archived']:,} "
+                f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['recover']:.0f} "
+                f"| {r['disk_bytes_per_node']:.0f} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -285,7 +409,11 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog, description="Benchmark hybrid_memory on generated traces.")
-    p.add_argument("--sizes", default="1000,10000", help="comma-separated trace sizes in nodes (default 1000,10000)")
+    p.add_argument("--sizes", default="1000,10000,100000",
+                   help="comma-separated trace sizes in nodes (default 1000,10000,100000)")
+    p.add_argument("--relational-sizes", default="1000000",
+                   help="sizes measured on the relational paths only, with filler vectors "
+                        "(default 1000000; '' for none)")
     p.add_argument("--lang", choices=("en", "zh"), default="en")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--queries", type=int, default=200, help="questions timed per size (default 200)")
@@ -295,9 +423,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = p.parse_args(argv)
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+        relational = [int(s) for s in args.relational_sizes.split(",") if s.strip()]
     except ValueError:
-        p.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
-    if not sizes or min(sizes) < 50 or args.queries < 1:
+        p.error(f"--sizes and --relational-sizes must be comma-separated integers, "
+                f"got {args.sizes!r} and {args.relational_sizes!r}")
+    if not sizes or min(sizes + relational) < 50 or args.queries < 1:
         p.error("every size must be at least 50 nodes and --queries at least 1")
     config = Config.load(args.config)
     results: dict[str, Any] = {"sizes": {}, "lang": args.lang, "seed": args.seed, "model": config.embedding.model,
@@ -307,6 +437,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             results["sizes"][str(n)] = bench_size(n, lang=args.lang, seed=args.seed, config=config,
                                                   workdir=Path(work), queries=args.queries, progress=not args.quiet,
                                                   config_file=args.config)
+        for n in relational:
+            results.setdefault("relational", {})[str(n)] = bench_relational(
+                n, lang=args.lang, seed=args.seed, config=config, workdir=Path(work), progress=not args.quiet,
+                config_file=args.config)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     md = table(results)

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+import numpy as np
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
@@ -26,7 +27,7 @@ from .errors import (
     InvalidTypeError,
     NamespaceError,
 )
-from .forgetting import plan_forget, superseded_states
+from .forgetting import plan_forget, superseded_ids
 from .model import (
     Checkpoint,
     Drift,
@@ -41,9 +42,9 @@ from .model import (
 )
 from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
 from .retrieval import Retriever
-from .store.sql import SqlStore, node_from_row, to_blob
+from .store.sql import FORGET_COLUMNS, SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
-from .weights import check_unit
+from .weights import check_unit, weight_array
 from .writing import (
     NodeRef,
     ParentRef,
@@ -117,8 +118,9 @@ class MemoryTree:
         """What is wrong and was not healed by the open's outbox drain."""
         problems = []
         with self.store.reading() as conn:
-            pending = len(self.store.pending(conn, self.namespace))
-            sample = self.store.live_ids(conn, self.namespace)[:1]
+            pending = self.store.pending_count(conn, self.namespace)
+            one = self.store.any_live_id(conn, self.namespace)
+            sample = [] if one is None else [one]
             vectors = self.store.embeddings(conn, sample)
         if pending:
             problems.append(f"the vector index is unreachable: {pending} index operations are pending")
@@ -208,7 +210,7 @@ class MemoryTree:
         if self._closed:
             return
         try:
-            self.flush()
+            self._flush_reads()
             try:
                 self._apply_index_work()
             except Exception as exc:  # what is left waits in the outbox; the next open applies it
@@ -219,8 +221,14 @@ class MemoryTree:
             self.store.close()
 
     def flush(self) -> None:
-        """Write buffered read reinforcement (usage counts) now."""
+        """Write buffered read reinforcement (usage counts) now, and apply this handle's
+        index writes still waiting for their batch (``write.index_batch``): after it,
+        the vector index holds every write, for whoever reads it directly."""
         self._live_check()
+        self._flush_reads()
+        self._apply_index_work()
+
+    def _flush_reads(self) -> None:
         if self._pending_access:
             self._write_flushing(lambda conn: None)
 
@@ -553,8 +561,7 @@ class MemoryTree:
 
     def _archive_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, op: str, head: str | None) -> int:
         seq = self.store.log(conn, self.namespace, self.session, now, op, head, {"ids": list(ids)})
-        for node_id in ids:
-            self.store.update_node(conn, node_id, status=Status.ARCHIVED.value, archived_op=seq)
+        self.store.set_status(conn, ids, status=Status.ARCHIVED.value, archived_op=seq)
         self.store.unindex_terms(conn, ids)
         self.store.enqueue(conn, self.namespace, ids, "delete")
         self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
@@ -677,38 +684,46 @@ class MemoryTree:
         at = self._now(now)
 
         def run(conn: Connection) -> ForgetReport:
-            rows = self.store.lock_live_rows(conn, self.namespace)
-            active = self.store.get_cursor(conn, self.namespace, self.session)
+            rows = self.store.lock_live_rows(conn, self.namespace, FORGET_COLUMNS)
             protected: set[str] = set()
-            if active:
-                arow = self.store.get(conn, active)
-                if arow is not None:
-                    protected.update(arow.path.rstrip("/").split("/"))
-            nodes = [node_from_row(r) for r in rows]
-            weights = {n.id: self.weight(n, at) for n in nodes}
-            for node_id in superseded_states(nodes):
-                weights[node_id] *= f.superseded
-            plan = plan_forget(nodes, weights, protected, threshold=thr, max_nodes=cap)
-            ids = [i for i, _ in plan]
+            active = self.store.get_cursor(conn, self.namespace, self.session)
+            arow = self.store.get(conn, active) if active else None
+            if arow is not None:
+                protected.update(arow.path.rstrip("/").split("/"))
+            (ids, parents, types, branches, paths, pinned, importance, confidence, accessed,
+             created, updated, read, below) = (list(c) for c in zip(*rows, strict=True)) if rows else ([] for _ in range(13))
+            touched = np.maximum.reduce([np.array(created), np.array(updated), np.array(read), np.array(below)])
+            # Reads buffered in this handle are in the rows already: _write_flushing wrote
+            # them in this transaction, before this function runs.
+            weights = weight_array(importance=np.array(importance), confidence=np.array(confidence),
+                                   access_count=np.array(accessed), touched_at=touched,
+                                   now=at, cfg=self.config.weights)
+            state = NodeType.STATE.value
+            gone = superseded_ids((ids[i], branches[i], created[i]) for i, t in enumerate(types) if t == state)
+            row_of = {node_id: i for i, node_id in enumerate(ids)}
+            for node_id in gone:
+                weights[row_of[node_id]] *= f.superseded
+            keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
+            plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap)
+            picked = [i for i, _ in plan]
             erased: list[str] = []
-            if ids and not dry_run:
+            if picked and not dry_run:
                 if delete:
                     # A forgotten leaf has no live children but may have archived ones:
                     # as with delete(), they go with it rather than be left orphaned.
-                    paths = {n.id: n.path for n in nodes}
                     erased = list(dict.fromkeys(
-                        r.id for i in ids for r in self.store.subtree(conn, self.namespace, paths[i])
+                        r.id for i in picked for r in self.store.subtree(conn, self.namespace, paths[row_of[i]])
                     ))
                     self._delete_ids(conn, erased, None, at, None)
                 else:
-                    self._archive_ids(conn, ids, None, at, "forget", None)
+                    self._archive_ids(conn, picked, None, at, "forget", None)
             return ForgetReport(
-                archived=() if delete or dry_run else tuple(ids),
+                archived=() if delete or dry_run else tuple(picked),
                 deleted=tuple(erased),
-                live_before=len(nodes),
-                live_after=len(nodes) - (0 if dry_run else len(ids)),
+                live_before=len(ids),
+                live_after=len(ids) - (0 if dry_run else len(picked)),
                 dry_run=dry_run,
-                considered=len(nodes),
+                considered=len(ids),
                 details=tuple(plan),
             )
 
@@ -763,7 +778,7 @@ class MemoryTree:
             n, ts = self._pending_access.get(node_id, (0, at))
             self._pending_access[node_id] = (n + 1, max(ts, at))
         if len(self._pending_access) >= self.config.usage.flush_every:
-            self.flush()
+            self._flush_reads()
 
     # -- recovery and observation ---------------------------------------------------
 

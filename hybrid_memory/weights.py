@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 
 from .config import WeightConfig
 from .errors import InvalidWeightError
@@ -61,3 +64,26 @@ def weight(
         + cfg.usage * usage(access_count, cfg.usage_scale)
     ) / total
     return min(1.0, max(0.0, value))
+
+
+def weight_array(
+    *,
+    importance: np.ndarray[Any, Any],
+    confidence: np.ndarray[Any, Any],
+    access_count: np.ndarray[Any, Any],
+    touched_at: np.ndarray[Any, Any],
+    now: float,
+    cfg: WeightConfig,
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """:func:`weight` over columns of nodes at once (forget passes over the whole tree)."""
+    total = cfg.importance + cfg.recency + cfg.confidence + cfg.usage
+    age = np.maximum(0.0, now - np.asarray(touched_at, dtype=np.float64))
+    rec = np.exp(-_LN2 * (age / cfg.half_life_s))
+    use = 1.0 - np.exp(-np.maximum(0, np.asarray(access_count, dtype=np.float64)) / cfg.usage_scale)
+    value = (
+        cfg.importance * np.asarray(importance, dtype=np.float64)
+        + cfg.recency * rec
+        + cfg.confidence * np.asarray(confidence, dtype=np.float64)
+        + cfg.usage * use
+    ) / total
+    return np.clip(value, 0.0, 1.0)

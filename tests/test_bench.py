@@ -34,19 +34,44 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
     assert all(ms > 0 for ms in out["cold_start_ms"].values())
 
 
+def test_a_relational_size_reports_every_figure(tmp_path: Path) -> None:
+    out = bench.bench_relational(400, lang="en", seed=1, config=Config.load(), workdir=tmp_path, progress=False)
+    assert out["nodes"] == 400 and 0 < out["live_nodes"] <= 400
+    assert out["add_many_sql_nodes_per_s"] > 0 and out["open_recover_ms"] > 0
+    assert out["forget_dry_run_ms"] > 0 and out["forget_ms"] > 0
+    # The real pass takes what the dry run planned: half of the live tree.
+    assert out["forget_archived"] == out["forget_would_archive"] == out["live_nodes"] - out["live_nodes"] // 2
+    assert set(out["cold_start_ms"]) == {"stats", "recover"} and all(ms > 0 for ms in out["cold_start_ms"].values())
+    assert out["disk_bytes_per_node"] > 0
+
+
+def test_filler_vectors_are_unit_length_and_stable() -> None:
+    filler = bench.FillerEmbedder("some-model", 16)
+    a = filler.embed(["报销单已提交", "the build is green", "报销单已提交"])
+    assert a.shape == (3, 16) and a.dtype.name == "float32"
+    assert abs(float((a * a).sum(axis=1).max()) - 1.0) < 1e-5
+    assert (a[0] == a[2]).all() and not (a[0] == a[1]).all()
+    assert (filler.embed(["the build is green"])[0] == a[1]).all()
+
+
 def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["bench", "--sizes", "120", "--queries", "3", "--quiet", "--out", str(tmp_path)]) == 0
+    assert cli_main(["bench", "--sizes", "120", "--relational-sizes", "150", "--queries", "3", "--quiet",
+                     "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert list(results["sizes"]) == ["120"]
+    assert list(results["sizes"]) == ["120"] and list(results["relational"]) == ["150"]
     table = (tmp_path / "table.md").read_text(encoding="utf-8")
-    assert table.splitlines()[2].startswith("| 120 |")
+    lines = table.splitlines()
+    assert lines[2].startswith("| 120 |")
+    assert any(line.startswith("| 150 |") for line in lines[3:])
     assert table in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("sizes", ["ten", "10", ""])
-def test_bad_sizes_are_refused(sizes: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sizes", [["--sizes", "ten"], ["--sizes", "10"], ["--sizes", ""],
+                                   ["--sizes", "100", "--relational-sizes", "1e6"],
+                                   ["--sizes", "100", "--relational-sizes", "20"]])
+def test_bad_sizes_are_refused(sizes: list[str], tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--sizes", sizes, "--out", str(tmp_path / "out")])
+        bench.main([*sizes, "--out", str(tmp_path / "out")])
     assert exc.value.code == 2
     assert not (tmp_path / "out").exists()
 

@@ -203,12 +203,12 @@ def test_lifecycle_keeps_server_index_equal_to_live_ids(
 ) -> None:
     folder = tmp_path / "m"
     with open_remote(folder, "life", chroma_server.url, embedder, clock) as mem:
-        assert isinstance(mem.index, ChromaIndex)
         task = mem.add("Renew the office lease with the landlord", type="task")
         kid = mem.add("The landlord wants a three-year term at 4% a year", type="fact")
         mem.add("Send the signed lease by Friday", type="decision", parent=kid)
         other = mem.add("Plan the team offsite in Lisbon", type="task", parent=ROOT)
         mem.add("The offsite budget is 12,000 euros", type="fact", parent=other)
+        mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) and len(live_ids(mem)) == 5
         assert not (folder / "chroma").exists(), "a server memory keeps no local index"
 
@@ -217,13 +217,16 @@ def test_lifecycle_keeps_server_index_equal_to_live_ids(
 
         archived = mem.archive(kid)
         assert len(archived) == 2
+        mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) and len(live_ids(mem)) == 3
 
         mem.restore(kid)
+        mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) and len(live_ids(mem)) == 5
 
         deleted = mem.delete(other)
         assert len(deleted) == 2
+        mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) == {task.id, kid.id} | {
             n.id for n in mem.children(kid)
         }
@@ -239,6 +242,8 @@ def test_two_namespaces_stay_separate_on_one_server(
         a.add("Alice's passport expires in March", type="fact", parent=ROOT)
         b.add("Bob's passport expires in July", type="fact", parent=ROOT)
         b.add("Bob prefers aisle seats", type="preference", parent=ROOT)
+        a.flush()  # apply the index writes waiting for their batch
+        b.flush()
         in_a, in_b = server_ids(chroma_server.url, "alice"), server_ids(chroma_server.url, "bob")
         assert in_a == live_ids(a) and len(in_a) == 1
         assert in_b == live_ids(b) and len(in_b) == 2
@@ -292,6 +297,7 @@ def test_writes_survive_a_server_outage_and_the_outbox_drains_on_open(
             task = mem.add("Prepare the quarterly report", type="task")
             early = mem.add("Revenue grew 8% over the quarter", type="fact")
             doomed = mem.add("A draft chart nobody liked", type="event")
+            mem.flush()  # apply the index writes waiting for their batch
             assert server_ids(server.url, "outage") == live_ids(mem)
 
             server.stop()

@@ -153,6 +153,25 @@ def test_a_superseded_state_is_forgotten_before_the_state_that_replaced_it(open_
     assert status(mem, new.id) == "live" and status(mem, fact.id) == "live"
 
 
+def test_forget_weighs_reads_not_yet_written(open_memory, clock):
+    """Reads buffered in the handle raise a node's weight in forget() exactly as in
+    weight(): the pass must not archive what was just read because its count waits."""
+    mem = open_memory()
+    task = mem.add("Project: archive the old invoices", type="task", parent=ROOT, **LOW)
+    read = mem.add("Invoices before 2019 are on tape", type="fact", parent=task, **LOW)
+    other = mem.add("The tape library is in room 4", type="fact", parent=task, **LOW)
+    clock.advance(30 * DAY)
+    for _ in range(6):
+        mem.retrieve("Which invoices are on tape?", k=1)
+    before = {n.id: mem.weight(n) for n in (mem.get(read.id), mem.get(other.id))}
+    assert before[read.id] > before[other.id]
+    report = mem.forget(threshold=1.0, dry_run=True)
+    got = dict(report.details)
+    for node_id, w in before.items():
+        assert got[node_id] == pytest.approx(w)
+    assert [i for i, _ in report.details].index(other.id) < [i for i, _ in report.details].index(read.id)
+
+
 def test_forget_delete_removes_rows_terms_and_vectors(open_memory, clock):
     mem = open_memory()
     n = forest(mem)

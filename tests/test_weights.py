@@ -16,7 +16,7 @@ from sqlalchemy import event
 
 from hybrid_memory import Config, ConfigError, InvalidWeightError, MemoryTree, NodeType
 from hybrid_memory.config import WeightConfig, default_config_path
-from hybrid_memory.weights import check_unit, recency, usage, weight
+from hybrid_memory.weights import check_unit, recency, usage, weight, weight_array
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -91,6 +91,23 @@ def test_weight_is_the_normalised_mix(cfg: WeightConfig) -> None:
     total = cfg.importance + cfg.recency + cfg.confidence + cfg.usage
     expected = (cfg.importance * 0.8 + cfg.recency * 0.5 + cfg.confidence * 0.6 + cfg.usage * (1 - math.exp(-5 / cfg.usage_scale))) / total
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_column_form_matches_the_scalar_weight(cfg: WeightConfig) -> None:
+    """forget() weighs the whole tree at once with weight_array; it must agree with the
+    weight() every other path uses, extreme and future inputs included."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    lopsided = dataclasses.replace(cfg, importance=1000.0, recency=0.0, confidence=0.0, usage=1e-9)
+    for c in (cfg, lopsided):
+        imp, conf = rng.random(500), rng.random(500)
+        count = rng.integers(-3, 50, 500)
+        touched = rng.uniform(-1e7, 2e7, 500)
+        got = weight_array(importance=imp, confidence=conf, access_count=count, touched_at=touched, now=1e7, cfg=c)
+        want = [weight(importance=float(a), confidence=float(b), access_count=int(n), touched_at=float(t), now=1e7, cfg=c)
+                for a, b, n, t in zip(imp, conf, count, touched, strict=True)]
+        assert got.tolist() == pytest.approx(want, rel=1e-12, abs=1e-15)
 
 
 def test_weight_stays_in_unit_interval_for_extreme_inputs(cfg: WeightConfig) -> None:
@@ -327,6 +344,7 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
     hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
     mem.add("Flights to Lisbon leave Berlin at nine in the morning", type="fact")
     created = hotel.created_at
+    mem.flush()  # the adds' index writes, waiting for their batch, go in now
     clock.advance(3600)
     seq = mem.stats().log_seq
     expected: dict[str, int] = {}

@@ -161,6 +161,12 @@ settings = Table(
 
 #: The columns a ``Node`` is built from (everything but the embedding).
 NODE_COLUMNS = tuple(c for c in nodes.c if c.name not in ("embedding", "embed_model"))
+#: What a forget pass reads of every live node, in this order (no content, no vectors).
+FORGET_COLUMNS = (
+    nodes.c.id, nodes.c.parent_id, nodes.c.type, nodes.c.branch_id, nodes.c.path, nodes.c.pinned,
+    nodes.c.importance, nodes.c.confidence, nodes.c.access_count,
+    nodes.c.created_at, nodes.c.updated_at, nodes.c.accessed_at, nodes.c.active_at,
+)
 
 
 def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> Node:
@@ -388,6 +394,11 @@ class SqlStore:
     def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
         conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))
 
+    def set_status(self, conn: Connection, ids: Sequence[str], **values: Any) -> None:
+        """The same ``values`` (status, archived_op) on every node of ``ids``."""
+        for chunk in _chunks(list(ids), 500):
+            conn.execute(update(nodes).where(nodes.c.id.in_(chunk)).values(**values))
+
     def subtree(self, conn: Connection, namespace: str, path: str, *, status: Status | None = None) -> list[Row[Any]]:
         lo, hi = subtree_range(path)
         q = select(*NODE_COLUMNS).where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi)
@@ -416,15 +427,16 @@ class SqlStore:
         return out
 
     def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
-        return list(conn.execute(select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)))
+        q = select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+        return cast("list[Row[Any]]", conn.execute(q).all())
 
-    def lock_live_rows(self, conn: Connection, namespace: str) -> list[Row[Any]]:
+    def lock_live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
         """:meth:`live_rows` for a write that decides on the whole namespace (forget):
         first every tree's root is locked, so no writer can change a tree (they all
         lock the root first, see :meth:`lock_path`) until commit. Just
         :meth:`live_rows` on SQLite."""
         if self.is_sqlite:
-            return self.live_rows(conn, namespace)
+            return self.live_rows(conn, namespace, columns)
         roots = (
             select(nodes.c.id)
             .where(nodes.c.namespace == namespace, nodes.c.parent_id.is_(None))
@@ -434,9 +446,14 @@ class SqlStore:
         locked: set[str] = set()
         while True:
             locked.update(r[0] for r in conn.execute(roots))
-            rows = self.live_rows(conn, namespace)
-            if all(r.path.split("/", 1)[0] in locked for r in rows):
-                return rows
+            rows = self.live_rows(conn, namespace, (*columns, nodes.c.path.label("_locked_path")))
+            if all(r._locked_path.split("/", 1)[0] in locked for r in rows):
+                return [r[:-1] for r in rows]  # type: ignore[misc]
+
+    def any_live_id(self, conn: Connection, namespace: str) -> str | None:
+        """One live node's id (which one is unspecified), or None for an empty namespace."""
+        q = select(nodes.c.id).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value).limit(1)
+        return conn.execute(q).scalar()
 
     def live_ids(self, conn: Connection, namespace: str) -> list[str]:
         return [
@@ -643,6 +660,9 @@ class SqlStore:
         rows = [{"namespace": namespace, "node_id": i, "action": action} for i in ids]
         if rows:
             conn.execute(insert(outbox), rows)
+
+    def pending_count(self, conn: Connection, namespace: str) -> int:
+        return int(conn.execute(select(func.count()).where(outbox.c.namespace == namespace)).scalar_one())
 
     def pending(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace).order_by(outbox.c.seq)))
