@@ -147,13 +147,13 @@ class Writer:
         (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
         be one of them, and its merge is logged after them)."""
         ns, cfg = self.namespace, self.config
-        seen = _Seen(self, conn, prepared, neighbours)
+        active_id = self.store.get_cursor(conn, ns, self.session)
+        seen = _Seen(self, conn, prepared, neighbours, active_id)
         pending = _Pending(self, conn)
         by_key: dict[str, RowMap] = {}
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
         written: dict[tuple[str, str], list[dict[str, Any]]] = {}
         out: list[Node] = []
-        active_id = self.store.get_cursor(conn, ns, self.session)
         for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
             counts = text.term_counts(p.content)
@@ -266,7 +266,8 @@ class Writer:
     def _reinforce(self, conn: Connection, twin: RowMap, p: Prepared) -> Node:
         d = self.config.dedup
         fresh = self.store.get(conn, twin["id"], lock=True)  # what is raised below is read here
-        twin = twin if fresh is None else fresh._mapping
+        if fresh is not None:  # the twin may be a row of this batch, or an exact twin's few columns
+            twin = fresh._mapping
         values = dict(
             importance=max(twin["importance"], p.importance),
             confidence=min(1.0, max(twin["confidence"], p.confidence) + d.confidence_step),
@@ -325,23 +326,28 @@ class _Seen:
     row kept here is locked or written by this batch."""
 
     def __init__(self, writer: Writer, conn: Connection, prepared: Sequence[Prepared],
-                 neighbours: Sequence[Sequence[tuple[str, float]]]) -> None:
+                 neighbours: Sequence[Sequence[tuple[str, float]]], active_id: str | None) -> None:
         self._writer, self._conn, self._store = writer, conn, writer.store
         #: Rows by id: parents read so far and the rows this batch wrote.
         self.rows: dict[str, RowMap] = {}
         self._heads: dict[str, bool] = {}
         self.near: dict[str, RowMap] = {}
         self.by_hash: dict[str, list[RowMap]] = {}
-        dedup = writer.config.dedup.enabled
-        if dedup:
+        named = {p.parent.id if isinstance(p.parent, Node) else p.parent
+                 for p in prepared if isinstance(p.parent, (Node, str))}
+        if writer.config.dedup.enabled:
             ids = {i for near in neighbours for i, _ in near}
             self.near = {i: r._mapping for i, r in self._store.get_many(conn, ids, live_only=True).items()}
+            # An exact twin lies in a branch that exists already: the branch of a parent
+            # named by id, or of the active node (an item without a parent goes under
+            # it). An item under an earlier item of the batch is in that item's branch,
+            # which is one of these or new.
+            under = named | ({active_id} if active_id is not None and any(p.parent is None for p in prepared) else set())
             hashes = {content_hash(p.content) for p in prepared if p.type is not NodeType.TASK}
-            for r in self._store.find_by_hashes(conn, writer.namespace, hashes):
+            heads = self._store.branches_of(conn, under) if hashes else set()
+            for r in self._store.find_by_hashes(conn, writer.namespace, hashes, heads):
                 self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
         if self._store.is_sqlite:
-            named = {p.parent.id if isinstance(p.parent, Node) else p.parent
-                     for p in prepared if isinstance(p.parent, (Node, str))}
             self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, named).items())
 
     def parent(self, node_id: str, *, strict: bool = True) -> RowMap | None:

@@ -229,6 +229,30 @@ def test_add_many_merges_into_an_existing_node(mem):
     assert mem.get(first).confidence == pytest.approx(first.confidence + 2 * mem.config.dedup.confidence_step)
 
 
+@pytest.mark.parametrize("line", ["Ran the nightly test suite: all green", "夜间测试全部通过"])
+def test_add_many_finds_the_exact_twin_of_its_branch_among_many_copies(open_memory, line):
+    """A routine line held by more branches than the nearest-neighbour check reads:
+    each item merges into the copy of its own branch (named parent, or the active
+    node's), an item under a task of the same batch or of another type does not."""
+    mem = open_memory()
+    tasks = [mem.add(f"Release {i}: ship build {i}", type="task", parent=ROOT) for i in range(12)]
+    copies = {t.id: mem.add(line, type="event", parent=t) for t in tasks}
+    assert mem.active is not None and mem.active.id == tasks[-1].id
+    before = len(mem.nodes())
+    out = mem.add_many([
+        dict(content=line, type="event", parent=tasks[3].id),
+        dict(content=line, type="event"),
+        dict(content="Release 99: ship build 99", type="task", parent=ROOT, key="new"),
+        dict(content=line, type="event", parent="new"),
+        dict(content=line, type="fact", parent=tasks[5].id),
+    ])
+    assert out[0].merged and out[0].id == copies[tasks[3].id].id
+    assert out[1].merged and out[1].id == copies[tasks[-1].id].id
+    assert not out[3].merged and out[3].parent_id == out[2].id
+    assert not out[4].merged and out[4].parent_id == tasks[5].id
+    assert len(mem.nodes()) == before + 3
+
+
 def test_memories_that_differ_in_a_figure_never_merge(mem):
     """Found by the multi-writer test: one term in seven differs, the embeddings are
     almost equal, yet 'batch 49' is not 'batch 7'."""

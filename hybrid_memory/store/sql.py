@@ -90,7 +90,8 @@ nodes = Table(
     Index("hm_nodes_branch", "namespace", "status", "branch_id"),
     Index("hm_nodes_path", "namespace", "path"),
     Index("hm_nodes_parent", "namespace", "parent_id"),
-    Index("hm_nodes_hash", "namespace", "content_hash"),
+    # Exact twins: a write looks up its content hash in the branches it may merge in.
+    Index("hm_nodes_twin", "namespace", "content_hash", "branch_id"),
 )
 
 terms = Table(
@@ -257,6 +258,9 @@ class SqlStore:
             if self.is_postgres:
                 conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('hybrid_memory.schema'))"))
             metadata.create_all(conn)
+            # create_all makes the indexes of new tables only: the one added since the
+            # first stores were made is created here.
+            next(i for i in nodes.indexes if i.name == "hm_nodes_twin").create(conn, checkfirst=True)
             have = conn.execute(select(settings.c.value).where(settings.c.key == "schema_version")).scalar()
             if have is None:
                 conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
@@ -415,15 +419,32 @@ class SqlStore:
         )
         return cast("list[Row[Any]]", list(conn.execute(q).all()))
 
-    def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str]) -> list[Row[Any]]:
-        """The live rows of ``namespace`` whose content hash is one of ``hashes``."""
+    def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str],
+                       branches: Iterable[str]) -> list[Row[Any]]:
+        """(id, content_hash, branch_id, type) of the live nodes of ``namespace`` in
+        ``branches`` whose content hash is one of ``hashes``: the exact twins a write
+        may merge into. The branches narrow the index seek: a common text ("tests
+        pass") can be held by thousands of nodes in other branches."""
+        heads = sorted(set(branches))
         out: list[Row[Any]] = []
-        for chunk in _chunks(list(dict.fromkeys(hashes)), 500):
-            out.extend(conn.execute(select(*NODE_COLUMNS).where(
-                nodes.c.namespace == namespace,
-                nodes.c.content_hash.in_(chunk),
-                nodes.c.status == Status.LIVE.value,
-            )))
+        if not heads:
+            return out
+        for hchunk in _chunks(heads, 500):
+            for chunk in _chunks(list(dict.fromkeys(hashes)), 500):
+                q = select(nodes.c.id, nodes.c.content_hash, nodes.c.branch_id, nodes.c.type).where(
+                    nodes.c.namespace == namespace,
+                    nodes.c.content_hash.in_(chunk),
+                    nodes.c.branch_id.in_(hchunk),
+                    nodes.c.status == Status.LIVE.value,
+                )
+                out.extend(conn.execute(q).all())
+        return out
+
+    def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
+        """The branch ids of the given nodes (unknown ids are left out)."""
+        out: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            out.update(r[0] for r in conn.execute(select(nodes.c.branch_id).where(nodes.c.id.in_(chunk))))
         return out
 
     def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
