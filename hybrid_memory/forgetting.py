@@ -37,23 +37,35 @@ def plan_forget(
     for p in parent_row:
         if p >= 0:
             children[p] += 1
-    heap = [(weights[i], ids[i], i) for i in range(len(ids)) if children[i] == 0 and not keep[i]]
-    heapq.heapify(heap)
+    # The leaves of the start, sorted once, and a heap for the parents that become
+    # leaves on the way: the lower head of the two is what one heap of all of them
+    # would pop (a heap of a million entries costs several times the sort).
+    leaves = sorted((weights[i], ids[i], i) for i in range(len(ids)) if children[i] == 0 and not keep[i])
+    freed: list[tuple[float, str, int]] = []
+    at = 0
     live = len(ids)
     plan: list[tuple[str, float]] = []
-    while heap:
-        w, node_id, i = heap[0]
+    while at < len(leaves) or freed:
+        if freed and (at == len(leaves) or freed[0] < leaves[at]):
+            w, node_id, i = freed[0]
+            from_heap = True
+        else:
+            w, node_id, i = leaves[at]
+            from_heap = False
         over_cap = max_nodes > 0 and live > max_nodes
         if w >= threshold and not over_cap:
             break
-        heapq.heappop(heap)
+        if from_heap:
+            heapq.heappop(freed)
+        else:
+            at += 1
         plan.append((node_id, w))
         live -= 1
         p = parent_row[i]
         if p >= 0:
             children[p] -= 1
             if children[p] == 0 and not keep[p]:
-                heapq.heappush(heap, (weights[p], ids[p], p))
+                heapq.heappush(freed, (weights[p], ids[p], p))
     return plan
 
 

@@ -864,8 +864,7 @@ class MemoryTree:
         self._live_check()
         with self.store.reading() as conn:
             by_status = self.store.count_by_status(conn, self.namespace)
-            by_type = self.store.count_by_type(conn, self.namespace)
-            depth = self.store.max_depth(conn, self.namespace)
+            by_type, depth = self.store.live_shape(conn, self.namespace)
             active_id = self.store.get_cursor(conn, self.namespace, self.session)
             arow = self.store.get(conn, active_id) if active_id else None
             last = self.store.last_checkpoint(conn, self.namespace, self.session)

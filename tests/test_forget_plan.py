@@ -1,0 +1,77 @@
+"""The forget planner (forgetting.plan_forget) against its plain definition: one
+heap of every leaf, the lowest weight first, a parent joining once its last child
+is gone. The planner is written for a million nodes (a sorted start and a small
+heap); on random forests it must choose exactly what the definition chooses."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from hybrid_memory.forgetting import plan_forget, superseded_ids
+
+
+def reference(ids, parents, weights, keep, *, threshold, max_nodes):
+    by_id = dict(zip(ids, range(len(ids)), strict=True))
+    children = {i: 0 for i in ids}
+    for p in parents:
+        if p is not None and p in by_id:
+            children[p] += 1
+    heap = [(weights[k], i) for k, i in enumerate(ids) if children[i] == 0 and not keep[k]]
+    heapq.heapify(heap)
+    live, plan = len(ids), []
+    while heap:
+        w, i = heap[0]
+        if w >= threshold and not (max_nodes > 0 and live > max_nodes):
+            break
+        heapq.heappop(heap)
+        plan.append((i, w))
+        live -= 1
+        p = parents[by_id[i]]
+        if p is not None and p in by_id:
+            children[p] -= 1
+            if children[p] == 0 and not keep[by_id[p]]:
+                heapq.heappush(heap, (weights[by_id[p]], p))
+    return plan
+
+
+def forest(rng: random.Random, n: int):
+    ids = [f"{rng.getrandbits(32):08x}{k:04d}" for k in range(n)]
+    parents = [None if k == 0 or rng.random() < 0.1 else ids[rng.randrange(k)] for k in range(n)]
+    # Coarse weights make ties, which the id must break the same way.
+    weights = [round(rng.random(), 1) for _ in range(n)]
+    keep = [rng.random() < 0.1 for _ in range(n)]
+    order = list(range(n))
+    rng.shuffle(order)  # the store returns rows in any order
+    return ([ids[k] for k in order], [parents[k] for k in order], [weights[k] for k in order],
+            [keep[k] for k in order])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_planner_chooses_what_the_definition_chooses(seed: int) -> None:
+    rng = random.Random(seed)
+    ids, parents, weights, keep = forest(rng, rng.randrange(1, 300))
+    for threshold, cap in ((0.35, 0), (0.0, len(ids) // 2), (0.5, len(ids) // 3), (1.1, 0), (0.0, 1)):
+        got = plan_forget(ids, parents, weights, keep, threshold=threshold, max_nodes=cap)
+        assert got == reference(ids, parents, weights, keep, threshold=threshold, max_nodes=cap)
+        gone = {i for i, _ in got}
+        # Never a kept node, never a parent before its children.
+        assert not {ids[k] for k, kept in enumerate(keep) if kept} & gone
+        position = {i: n for n, (i, _) in enumerate(got)}
+        for i, p in zip(ids, parents, strict=True):
+            if p in position:
+                assert i in position and position[i] < position[p]
+
+
+def test_a_parent_freed_on_the_way_goes_before_heavier_leaves() -> None:
+    ids = ["root", "leaf", "heavy"]
+    parents = [None, "root", None]
+    plan = plan_forget(ids, parents, [0.05, 0.1, 0.3], [False, False, False], threshold=1.0, max_nodes=0)
+    assert [i for i, _ in plan] == ["leaf", "root", "heavy"]
+
+
+def test_the_latest_state_of_a_branch_supersedes_the_others() -> None:
+    rows = [("a", "b1", 1.0), ("b", "b1", 3.0), ("c", "b1", 2.0), ("d", "b2", 1.0), ("e", "b3", 5.0), ("f", "b3", 5.0)]
+    assert superseded_ids(rows) == {"a", "c", "e"}
