@@ -1,8 +1,8 @@
 """Speed and scale: hybrid_memory beside the floor it stands on, in one run.
 
-    python -m eval.bench --sizes 1000,10000 --out bench-out
-    make bench            # the same, sizes 1k and 10k
-    hybrid-memory bench --sizes 1000
+    python -m eval.bench --sizes 1000,10000 --relational-sizes '' --out bench-out
+    make bench            # sizes 1k, 10k and 100k, and 1M for the relational paths
+    hybrid-memory bench --sizes 1000 --relational-sizes 100000
 
 For each size a trace is generated (the evaluation's generator, so the workload
 has interleaved tasks, subtasks and questions with known answers) and measured:

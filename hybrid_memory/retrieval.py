@@ -80,7 +80,7 @@ class Retriever:
         with self.store.reading() as conn:
             qterms = list(dict.fromkeys(text.terms(query)))
             words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count)
-            lex_top = _top_with_ties(words.lexical, r.candidates)
+            lex_top = _top(words.lexical, r.candidates, lambda ids: self.store.tie_keys(conn, ids))
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
                                             embedding=True)
             words.complete(cand_rows)
@@ -358,17 +358,29 @@ def rank_key(s: _Ranked) -> tuple[float, float, str]:
     return (s.score, s.node.created_at, s.node.content)
 
 
-def _top_with_ties(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
-    """The n best (id, score) pairs and every pair tied with the n-th: a cut through
-    a tie would otherwise depend on the order the store returned them in."""
+def _top(scores: Mapping[str, float], n: int,
+         order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
+    """The n best (id, score) pairs. Ties across the n-th place are common (every
+    memory holding the same query words scores the same share) and can run to
+    hundreds; they are broken by ``order`` (node id -> (created_at, content hash)),
+    the newer memory first, so the cut never depends on the order the store
+    returned them in, nor on random ids."""
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
     if len(ranked) <= n:
         return ranked
     edge = ranked[n - 1][1]
-    end = n
-    while end < len(ranked) and ranked[end][1] == edge:
-        end += 1
-    return ranked[:end]
+    lo = n - 1
+    while lo > 0 and ranked[lo - 1][1] == edge:
+        lo -= 1
+    hi = n
+    while hi < len(ranked) and ranked[hi][1] == edge:
+        hi += 1
+    if hi == n:
+        return ranked[:n]
+    tied = [i for i, _ in ranked[lo:hi]]
+    keys = order(tied)
+    tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
+    return ranked[:lo] + [(i, edge) for i in tied[: n - lo]]
 
 
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:

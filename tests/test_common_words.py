@@ -106,3 +106,27 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
         assert mine == answer(other)
         other.close()
     assert mine != first
+
+
+def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> None:
+    """Lexical candidates: memories holding the same query words tie, often by the
+    hundreds. The cut takes exactly n, the newer first, then by content hash, however
+    the store listed them (ranking arithmetic only: the order is given)."""
+    import itertools
+
+    from hybrid_memory.retrieval import _top
+
+    scores = {"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.5, "e": 0.1}
+    keys = {"a": (0.0, "x"), "b": (1.0, "h2"), "c": (3.0, "h1"), "d": (3.0, "h0"), "e": (9.0, "z")}
+    asked: list[list[str]] = []
+
+    def order(ids: Any) -> dict[str, tuple[float, str]]:
+        asked.append(sorted(ids))
+        return {i: keys[i] for i in ids}
+
+    for listing in itertools.permutations(scores):
+        assert _top({k: scores[k] for k in listing}, 3, order) == [("a", 0.9), ("d", 0.5), ("c", 0.5)]
+    assert all(a == ["b", "c", "d"] for a in asked)  # only the tied block is looked up
+    assert _top(scores, 1, lambda ids: pytest.fail("no tie across the cut: nothing to look up")) == [("a", 0.9)]
+    whole = _top(scores, 4, lambda ids: pytest.fail("the whole tie fits: nothing to look up"))
+    assert sorted(whole) == [("a", 0.9), ("b", 0.5), ("c", 0.5), ("d", 0.5)]

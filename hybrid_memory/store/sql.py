@@ -445,6 +445,15 @@ class SqlStore:
                 out.extend(cast("list[Row[Any]]", conn.execute(q).all()))
         return out
 
+    def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
+        """(created_at, content hash) of the given nodes: what breaks a tie between
+        equally scored candidates, the same in every copy of a memory."""
+        out: dict[str, tuple[float, str]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash).where(nodes.c.id.in_(chunk))
+            out.update((r[0], (r[1], r[2])) for r in conn.execute(q).all())
+        return out
+
     def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
         """The branch ids of the given nodes (unknown ids are left out)."""
         out: set[str] = set()
