@@ -699,10 +699,9 @@ class MemoryTree:
                                    access_count=np.array(accessed), touched_at=touched,
                                    now=at, cfg=self.config.weights)
             state = NodeType.STATE.value
-            gone = superseded_ids((ids[i], branches[i], created[i]) for i, t in enumerate(types) if t == state)
-            row_of = {node_id: i for i, node_id in enumerate(ids)}
-            for node_id in gone:
-                weights[row_of[node_id]] *= f.superseded
+            states = {ids[i]: i for i, t in enumerate(types) if t == state}
+            for node_id in superseded_ids((i, branches[r], created[r]) for i, r in states.items()):
+                weights[states[node_id]] *= f.superseded
             keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
             plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap)
             picked = [i for i, _ in plan]
@@ -711,8 +710,9 @@ class MemoryTree:
                 if delete:
                     # A forgotten leaf has no live children but may have archived ones:
                     # as with delete(), they go with it rather than be left orphaned.
+                    path_of = dict(zip(ids, paths, strict=True))
                     erased = list(dict.fromkeys(
-                        r.id for i in picked for r in self.store.subtree(conn, self.namespace, paths[row_of[i]])
+                        r.id for i in picked for r in self.store.subtree(conn, self.namespace, path_of[i])
                     ))
                     self._delete_ids(conn, erased, None, at, None)
                 else:
