@@ -335,20 +335,24 @@ class _Seen:
         self.by_hash: dict[str, list[RowMap]] = {}
         named = {p.parent.id if isinstance(p.parent, Node) else p.parent
                  for p in prepared if isinstance(p.parent, (Node, str))}
+        # The nodes the batch's items go under: the parents named by id, and the active
+        # node when an item names none.
+        under = named | ({active_id} if active_id is not None and any(p.parent is None for p in prepared) else set())
+        if self._store.is_sqlite:
+            self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, under).items())
         if writer.config.dedup.enabled:
             ids = {i for near in neighbours for i, _ in near}
             self.near = {i: r._mapping for i, r in self._store.get_many(conn, ids, live_only=True).items()}
-            # An exact twin lies in a branch that exists already: the branch of a parent
-            # named by id, or of the active node (an item without a parent goes under
-            # it). An item under an earlier item of the batch is in that item's branch,
-            # which is one of these or new.
-            under = named | ({active_id} if active_id is not None and any(p.parent is None for p in prepared) else set())
+            # An exact twin lies in a branch that exists already: the branch of a node
+            # the batch goes under. An item under an earlier item of the batch is in
+            # that item's branch, which is one of these or new.
             hashes = {content_hash(p.content) for p in prepared if p.type is not NodeType.TASK}
-            heads = self._store.branches_of(conn, under) if hashes else set()
+            heads: set[str] = set()
+            if hashes:
+                heads = ({self.rows[i]["branch_id"] for i in under if i in self.rows} if self._store.is_sqlite
+                         else self._store.branches_of(conn, under))
             for r in self._store.find_by_hashes(conn, writer.namespace, hashes, heads):
                 self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
-        if self._store.is_sqlite:
-            self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, named).items())
 
     def parent(self, node_id: str, *, strict: bool = True) -> RowMap | None:
         """The live row of ``node_id``, locked with its ancestors (not found: an error, or
