@@ -6,12 +6,15 @@ then ranks inside it by weight. Open one with :meth:`MemoryTree.open`.
 """
 
 from .config import Config
+from .crypto import Keyring, generate_key
 from .embed import Embedder, SentenceTransformerEmbedder
 from .errors import (
+    AccessDeniedError,
     ClosedError,
     ConfigError,
     ConflictError,
     CycleError,
+    EncryptionKeyError,
     HybridMemoryError,
     InvalidContentError,
     InvalidInputError,
@@ -42,6 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ROOT",
+    "AccessDeniedError",
     "BranchScore",
     "Checkpoint",
     "ChromaIndex",
@@ -52,12 +56,14 @@ __all__ = [
     "CycleError",
     "Drift",
     "Embedder",
+    "EncryptionKeyError",
     "ForgetReport",
     "HybridMemoryError",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidTypeError",
     "InvalidWeightError",
+    "Keyring",
     "MemoryTree",
     "NamespaceError",
     "Node",
@@ -73,4 +79,5 @@ __all__ = [
     "StorageError",
     "VectorIndex",
     "__version__",
+    "generate_key",
 ]

@@ -69,11 +69,21 @@ def positive_int(value: object, name: str) -> int:
     return value
 
 
-def namespace(value: object) -> str:
+def namespace(value: object, name: str = "namespace") -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError("namespace must be a non-empty string")
+        raise InvalidInputError(f"{name} must be a non-empty string")
     if len(value) > 128:
-        raise InvalidInputError("namespace is longer than 128 characters")
+        raise InvalidInputError(f"{name} is longer than 128 characters")
     if any(unicodedata.category(ch).startswith("C") for ch in value):
-        raise InvalidInputError("namespace contains control characters")
+        raise InvalidInputError(f"{name} contains control characters")
     return value
+
+
+#: Handle roles, each allowing what the one before it does and more.
+ROLES = ("read", "write", "admin")
+
+
+def role(value: object) -> str:
+    if value not in ROLES:
+        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {value!r}")
+    return str(value)

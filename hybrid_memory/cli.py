@@ -11,12 +11,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from . import safety
 from .config import Config
+from .crypto import Keyring, generate_key
 from .errors import ConfigError, HybridMemoryError, InvalidInputError
 from .model import Drift, Node, tree_order
 from .portability import describe, recent_ops
+from .store.sql import SqlStore, audit
 from .tree import MemoryTree
 from .writing import ROOT
 
@@ -26,7 +30,18 @@ def _open(args: argparse.Namespace) -> MemoryTree:
     return MemoryTree.open(
         args.path, namespace=args.namespace, session=args.session, config=config,
         store=args.db_url or None, chroma_url=args.chroma_url or None,
+        key=Keyring.from_file(args.key_file) if args.key_file else None,
     )
+
+
+def _open_store(args: argparse.Namespace, keyring: Keyring | None = None, *, check_keys: bool = True) -> SqlStore:
+    """The relational store alone (no model, no index): for store-wide commands."""
+    if args.db_url:
+        return SqlStore(args.db_url, keyring=keyring, check_keys=check_keys)
+    db = os.path.join(args.path, "memory.db")
+    if not os.path.isfile(db):
+        raise InvalidInputError(f"no memory at {args.path} (no memory.db there)")
+    return SqlStore(f"sqlite:///{os.path.abspath(db)}", keyring=keyring, check_keys=check_keys)
 
 
 def _short(node_id: str) -> str:
@@ -349,6 +364,126 @@ def _add_index_commands(sub: Any) -> None:
     ri.set_defaults(func=cmd_reindex)
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    print(generate_key())
+    return 0
+
+
+def cmd_rotate_key(args: argparse.Namespace) -> int:
+    config = Config.load(args.config) if args.config else Config.load()
+    folder = None if args.db_url else os.path.abspath(args.path)
+    old = Keyring.resolve(None, args.key_file or config.security.key_file or None,
+                          data_dir=None if folder is None else Path(folder))
+    new = Keyring.resolve(None, args.new_key_file, data_dir=None if folder is None else Path(folder))
+    assert new is not None
+    store = _open_store(args, new.then(old), check_keys=False)
+    try:
+        done = safety.rotate_key(store, progress=_bar("rotate-key") if sys.stderr.isatty() else None)
+    finally:
+        store.close()
+    if args.json:
+        _print_json(done)
+    else:
+        print(f"resealed under key {done.key_id}: {done.nodes} nodes, {done.log_entries} log entries, "
+              f"{done.checkpoints} checkpoints; the old key can now be removed")
+    return 0
+
+
+def _bar(desc: str) -> Any:
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, unit="row", file=sys.stderr)
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return report
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    store = _open_store(args, check_keys=False)  # the audit trail holds nothing sealed
+    try:
+        if args.action == "verify":
+            check = safety.verify_audit(store)
+            if args.json:
+                _print_json(check)
+            elif check.ok:
+                print(f"audit trail intact: {check.entries} entries, head {check.head}")
+            else:
+                print(f"audit trail BROKEN at entry {check.bad_seq}: {check.reason} "
+                      f"({check.entries} entries checked before it)")
+            return 0 if check.ok else 1
+        from sqlalchemy import select
+
+        with store.reading() as conn:
+            q = select(audit).where(audit.c.namespace == args.namespace).order_by(audit.c.seq.desc()).limit(args.n)
+            rows = list(conn.execute(q))[::-1]
+        if args.json:
+            _print_json([dict(r._mapping) for r in rows])
+        for r in [] if args.json else rows:
+            when = datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S")
+            ids = json.loads(r.node_ids)
+            shown = " ".join(_short(i) for i in ids[:5]) + (f" +{len(ids) - 5}" if len(ids) > 5 else "")
+            print(f"{r.seq:>6}  {when}  {r.actor:<12} {r.action:<10} {shown}")
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    if (args.node is None) == (not args.all):
+        raise InvalidInputError("erase: give a node id, or --all for the whole namespace")
+    with _open(args) as mem:
+        if args.all:
+            n = mem.erase_namespace(compact=not args.no_compact)
+            print(f"erased namespace {mem.namespace!r}: {n} nodes")
+        else:
+            ids = mem.erase(_resolve(mem, args.node), compact=not args.no_compact)
+            print(f"erased {len(ids)} nodes")
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    store = _open_store(args, check_keys=False)
+    try:
+        safety.compact(store)
+    finally:
+        store.close()
+    print("compacted")
+    return 0
+
+
+def _add_safety_commands(sub: Any) -> None:
+    k = sub.add_parser("keygen", help="print a new encryption key",
+                       description="Print a new random AES-256 key (base64). Keep it in a file outside the memory's folder.")
+    k.set_defaults(func=cmd_keygen)
+    rk = sub.add_parser("rotate-key", help="reseal the memory under a new key",
+                        description="Reseal every stored content, log payload and note under the key in --new-key-file "
+                                    "(the current key comes from --key-file, $HYBRID_MEMORY_KEY or $HYBRID_MEMORY_KEY_FILE; "
+                                    "none for a memory not yet encrypted). Runs in short transactions: handles that hold "
+                                    "both keys keep working.")
+    rk.add_argument("--new-key-file", required=True, help="file holding the new key")
+    rk.set_defaults(func=cmd_rotate_key)
+    au = sub.add_parser("audit", help="check or show the audit trail",
+                        description="verify: walk the hash chain of the audit trail (exit 1 if broken); "
+                                    "show: the namespace's latest entries.")
+    au.add_argument("action", choices=("verify", "show"))
+    au.add_argument("-n", type=int, default=20, help="entries to show")
+    au.set_defaults(func=cmd_audit)
+    er = sub.add_parser("erase", help="erase a subtree or the whole namespace everywhere",
+                        description="Delete a node's subtree (or with --all the namespace) from every table, the vector "
+                                    "index and the log, then compact the store so no bytes of it stay on disk.")
+    er.add_argument("node", nargs="?", help="node id or unique prefix")
+    er.add_argument("--all", action="store_true", help="erase the whole namespace")
+    er.add_argument("--no-compact", action="store_true", help="leave the compaction to `hybrid-memory compact`")
+    er.set_defaults(func=cmd_erase)
+    cp = sub.add_parser("compact", help="rewrite the store's files (after erasures)",
+                        description="SQLite: VACUUM and truncate the WAL; PostgreSQL: VACUUM FULL.")
+    cp.set_defaults(func=cmd_compact)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hybrid-memory",
@@ -369,6 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chroma-url", default=os.environ.get("HYBRID_MEMORY_CHROMA_URL"),
                    help="Chroma server, e.g. http://127.0.0.1:8000, instead of chroma/ in --path "
                         "(default: $HYBRID_MEMORY_CHROMA_URL)")
+    p.add_argument("--key-file", default=None,
+                   help="file of the memory's encryption key(s) (default: $HYBRID_MEMORY_KEY, "
+                        "$HYBRID_MEMORY_KEY_FILE, or security.key_file)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -429,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     _add_portability_commands(sub)  # portability
     _add_index_commands(sub)
+    _add_safety_commands(sub)
     return p
 
 

@@ -49,6 +49,8 @@ class FeedbackConfig:
 @dataclass(frozen=True)
 class WriteConfig:
     max_content_chars: int
+    max_depth: int
+    max_children: int
     focus_new_tasks: bool
     checkpoint_on_focus: bool
     index_batch: int
@@ -111,6 +113,12 @@ class EmbeddingConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    key_file: str
+    audit: bool
+
+
+@dataclass(frozen=True)
 class Config:
     weights: WeightConfig
     feedback: FeedbackConfig
@@ -120,6 +128,7 @@ class Config:
     forgetting: ForgettingConfig
     usage: UsageConfig
     embedding: EmbeddingConfig
+    security: SecurityConfig
 
     @classmethod
     def load(
@@ -265,6 +274,8 @@ def _validate(c: Config) -> None:
         raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
     if c.write.index_batch < 1:
         raise ConfigError("write.index_batch must be >= 1")
+    if c.write.max_depth < 1 or c.write.max_children < 1:
+        raise ConfigError("write.max_depth and write.max_children must be >= 1")
     if r.common_postings < 0:
         raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:

@@ -13,6 +13,8 @@ a caller does about it::
     ├── NamespaceError                the node belongs to another tenant
     ├── ConflictError                 the node changed since the caller read it
     ├── ConfigError                   a configuration file or value is wrong
+    │   └── EncryptionKeyError        a key is missing, malformed or the wrong one
+    ├── AccessDeniedError             the handle's role does not allow the call
     ├── ClosedError                   the memory was closed
     └── StorageError                  the relational store or the index failed
 
@@ -75,6 +77,20 @@ class ConfigError(HybridMemoryError):
     exit_code = 6
 
 
+class EncryptionKeyError(ConfigError):
+    """The memory is encrypted and no key, a malformed key or another key was given.
+    Nothing was read or written."""
+
+    code = "encryption_key"
+
+
+class AccessDeniedError(HybridMemoryError):
+    """The handle was opened with a role that does not allow this call."""
+
+    code = "access_denied"
+    exit_code = 9
+
+
 class ClosedError(HybridMemoryError):
     code = "closed"
     exit_code = 7
@@ -86,10 +102,12 @@ class StorageError(HybridMemoryError):
 
 
 __all__ = [
+    "AccessDeniedError",
     "ClosedError",
     "ConfigError",
     "ConflictError",
     "CycleError",
+    "EncryptionKeyError",
     "HybridMemoryError",
     "InvalidContentError",
     "InvalidInputError",

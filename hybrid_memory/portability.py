@@ -53,7 +53,7 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,8 +66,10 @@ from sqlalchemy.engine import Connection
 
 from . import _validate as check
 from . import text
+from .crypto import Keyring
 from .errors import (
     ConflictError,
+    EncryptionKeyError,
     HybridMemoryError,
     InvalidInputError,
     InvalidTypeError,
@@ -283,13 +285,15 @@ def _stored_state(conn: Connection, namespace: str) -> State:
     return state
 
 
-def replay(ops: Iterable[Op | Mapping[str, Any]], *, upto: int | None = None) -> State:
+def replay(ops: Iterable[Op | Mapping[str, Any]], *, upto: int | None = None,
+           hasher: Callable[[str], str] = content_hash) -> State:
     """Rebuild a namespace from its operation log: the state after every entry with
     ``seq <= upto`` (all of them by default).
 
     ``ops`` is the whole log of one namespace, in order (``Op`` objects, or mappings
     with ``seq, session, ts, op, node_id, payload`` as in an export): later
-    ``delete`` entries hold the skeletons of the entries they purged.
+    ``delete`` entries hold the skeletons of the entries they purged. ``hasher``
+    computes content hashes (the store's, keyed when it is encrypted).
     """
     log = sorted((o if isinstance(o, Op) else Op.from_mapping(o) for o in ops), key=lambda o: o.seq)
     bones: dict[int, Mapping[str, Any]] = {}
@@ -303,7 +307,7 @@ def replay(ops: Iterable[Op | Mapping[str, Any]], *, upto: int | None = None) ->
         if o.op == "time_travel" and not o.unreadable and o.payload is not None
         and isinstance(o.payload.get("seq"), int)
     })
-    r = _Replay(bones)
+    r = _Replay(bones, hasher)
     t = 0
     for o in chosen:
         while t < len(targets) and targets[t] < o.seq:
@@ -315,9 +319,10 @@ def replay(ops: Iterable[Op | Mapping[str, Any]], *, upto: int | None = None) ->
 
 
 class _Replay:
-    def __init__(self, bones: Mapping[int, Mapping[str, Any]]) -> None:
+    def __init__(self, bones: Mapping[int, Mapping[str, Any]], hasher: Callable[[str], str]) -> None:
         self.s = State()
         self.bones = bones
+        self.hasher = hasher
         self.snapshots: dict[int, State] = {}
         self.kids: dict[str, set[str]] = {}
 
@@ -427,7 +432,7 @@ class _Replay:
             if k in p:
                 n[k] = p[k]
         if "content" in p:
-            n["content_hash"] = content_hash(p["content"])
+            n["content_hash"] = self.hasher(p["content"])
             n["tokens"] = text.count_tokens(p["content"])
         n["version"] = p.get("version", n["version"] + 1)
         n["updated_at"] = o.ts
@@ -671,7 +676,7 @@ def time_travel(mem: MemoryTree, *, seq: int | None = None, as_of: float | None 
             if seq > last:
                 raise InvalidInputError(f"seq {seq} is past the end of the log of namespace {ns!r} (#{last})")
             target = seq
-        state = replay(ops, upto=target)
+        state = replay(ops, upto=target, hasher=mem.store.content_hash)
         bad = sorted({s for s, why in state.skipped if why == "unreadable"})
         if bad:
             shown = ", ".join(f"#{s}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
@@ -811,7 +816,13 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
         raise InvalidInputError(f"{target} is a folder; give a file path")
     mem.flush()
     store, ns = mem.store, mem.namespace
+    ring = store.keyring
     counts = {"node": 0, "cursor": 0, "checkpoint": 0, "op": 0}
+
+    def line(obj: Mapping[str, Any]) -> str:
+        # An encrypted memory exports encrypted: each line sealed whole.
+        return _dumps(obj) if ring is None else _dumps({"sealed": ring.seal(json.dumps(obj, ensure_ascii=False, allow_nan=False), "export")})
+
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -826,27 +837,29 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
                 "dim": len(blob) // 4 if blob is not None else None,
                 "exported_at": mem._clock(), "include_log": include_log,
             }
+            if ring is not None:
+                header["sealed"] = ring.primary
             fh.write(_dumps(header))
             bar = _progress(total, "export")
             try:
                 q = select(nodes).where(where).order_by(nodes.c.depth, nodes.c.created_at, nodes.c.id)
                 for row in conn.execute(q):
-                    fh.write(_dumps(_node_line(dict(row._mapping))))
+                    fh.write(line(_node_line(dict(row._mapping))))
                     counts["node"] += 1
                     bar.update(1)
                 for c in conn.execute(select(cursors).where(cursors.c.namespace == ns).order_by(cursors.c.session)):
-                    fh.write(_dumps({"kind": "cursor", "session": c.session, "active_id": c.active_id,
+                    fh.write(line({"kind": "cursor", "session": c.session, "active_id": c.active_id,
                                      "updated_at": c.updated_at}))
                     counts["cursor"] += 1
                 q = select(checkpoints).where(checkpoints.c.namespace == ns).order_by(checkpoints.c.id)
                 for cp in conn.execute(q):
-                    fh.write(_dumps({"kind": "checkpoint", "id": cp.id, "session": cp.session,
+                    fh.write(line({"kind": "checkpoint", "id": cp.id, "session": cp.session,
                                      "active_id": cp.active_id, "log_seq": cp.log_seq, "ts": cp.ts, "note": cp.note}))
                     counts["checkpoint"] += 1
                 if include_log:
                     for o in conn.execute(select(oplog).where(oplog.c.namespace == ns).order_by(oplog.c.seq)):
                         payload = _parse_payload(o.payload)
-                        fh.write(_dumps({"kind": "op", "seq": o.seq, "session": o.session, "ts": o.ts, "op": o.op,
+                        fh.write(line({"kind": "op", "seq": o.seq, "session": o.session, "ts": o.ts, "op": o.op,
                                          "node_id": o.node_id, "payload": payload if payload is not None else {"corrupt": True}}))
                         counts["op"] += 1
                         bar.update(1)
@@ -909,7 +922,7 @@ def import_(mem: MemoryTree, path: str | os.PathLike[str]) -> Transfer:
     empty. Every line is checked first; then one transaction writes nodes, terms,
     cursors, checkpoints and the log, and queues the vectors for the index."""
     source = _path_arg(path)
-    snap = _read_snapshot(source, mem.config.write.max_content_chars)
+    snap = _read_snapshot(source, mem.config.write.max_content_chars, mem.store.keyring, mem.store.content_hash)
     name = mem.embedder.name
     redo = [n["id"] for n in snap.nodes if snap.vectors[n["id"]] is None or snap.models.get(n["id"]) != name]
     blobs: dict[str, bytes] = {}
@@ -1093,7 +1106,8 @@ def _lines(source: Path) -> Iterator[tuple[int, str]]:
         raise InvalidInputError(f"cannot read {source}: {exc}") from None
 
 
-def _read_snapshot(source: Path, max_chars: int) -> _Snapshot:
+def _read_snapshot(source: Path, max_chars: int, ring: Keyring | None = None,
+                   hasher: Callable[[str], str] = content_hash) -> _Snapshot:
     snap: _Snapshot | None = None
     seen_sessions: set[str] = set()
     last_seq = 0
@@ -1114,11 +1128,16 @@ def _read_snapshot(source: Path, max_chars: int) -> _Snapshot:
                 raise BadSnapshotError("expected a JSON object", lineno)
             if snap is None:
                 snap = _Snapshot(header=_check_header(obj, lineno))
+                if snap.header.get("sealed") is not None and ring is None:
+                    raise EncryptionKeyError(f"the export is encrypted (key {snap.header['sealed']}): "
+                                             "open the memory with its key to import it")
                 continue
+            if snap.header.get("sealed") is not None:
+                obj = _unseal_line(obj, ring, lineno)
             kind = obj.get("kind")
             try:
                 if kind == "node":
-                    node, vec, model = _check_node(obj, max_chars, snap.header.get("dim"))
+                    node, vec, model = _check_node(obj, max_chars, snap.header.get("dim"), hasher)
                     if node["id"] in snap.lines:
                         raise BadSnapshotError(f"node {node['id']} appears twice (first on line {snap.lines[node['id']]})")
                     snap.nodes.append(node)
@@ -1205,8 +1224,23 @@ def _int(obj: Mapping[str, Any], key: str, minimum: int, *, optional: bool = Fal
     return v
 
 
+def _unseal_line(obj: Mapping[str, Any], ring: Keyring | None, lineno: int) -> dict[str, Any]:
+    sealed = obj.get("sealed")
+    if ring is None or not isinstance(sealed, str) or set(obj) != {"sealed"}:
+        raise BadSnapshotError("an encrypted export holds only sealed lines", lineno)
+    try:
+        inner = json.loads(ring.unseal(sealed, "export"))
+    except StorageError as exc:
+        raise BadSnapshotError(str(exc), lineno) from None
+    except ValueError as exc:
+        raise BadSnapshotError(f"a sealed line is not valid JSON ({exc})", lineno) from None
+    if not isinstance(inner, dict):
+        raise BadSnapshotError("expected a JSON object", lineno)
+    return inner
+
+
 def _check_node(
-    obj: Mapping[str, Any], max_chars: int, dim: int | None
+    obj: Mapping[str, Any], max_chars: int, dim: int | None, hasher: Callable[[str], str] = content_hash,
 ) -> tuple[dict[str, Any], np.ndarray[Any, Any] | None, str]:
     node_id = _id(obj, "id")
     ntype = _str(obj, "type")
@@ -1243,7 +1277,7 @@ def _check_node(
         "active_at": _num(obj, "active_at"),
         "archived_op": _int(obj, "archived_op", 0, optional=True),
         # Derived from the content: computed again rather than trusted.
-        "content_hash": content_hash(content),
+        "content_hash": hasher(content),
         "tokens": text.count_tokens(content),
     }
     model = _str(obj, "embed_model", optional=True) or ""

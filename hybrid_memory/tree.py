@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 import time
@@ -15,10 +17,12 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
-from . import portability, text
+from . import portability, safety, text
 from .config import Config
+from .crypto import Keyring
 from .embed import Embedder, make_embedder
 from .errors import (
+    AccessDeniedError,
     ClosedError,
     ConfigError,
     ConflictError,
@@ -51,13 +55,27 @@ from .writing import (
     Writer,
     _Root,
     branch_info_for,
-    content_hash,
     to_json,
 )
 
 log = logging.getLogger("hybrid_memory")
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _requires(role: str) -> Callable[[F], F]:
+    """Refuse the call (AccessDeniedError, nothing done) on a handle whose role is below ``role``."""
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def checked(self: MemoryTree, *args: Any, **kwargs: Any) -> Any:
+            sig.bind(self, *args, **kwargs)  # a wrong call is a TypeError first, as unwrapped
+            self._allow(role, fn.__name__)
+            return fn(self, *args, **kwargs)
+        return checked  # type: ignore[return-value]
+    return wrap
 
 
 
@@ -79,11 +97,19 @@ class MemoryTree:
         config: Config | None = None,
         clock: Callable[[], float] = time.time,
         folder: Path | None = None,
+        role: str = "admin",
+        actor: str | None = None,
     ) -> None:
         self.namespace = check.namespace(namespace)
-        self.session = check.namespace(session)
+        self.session = check.namespace(session, "session")
+        #: What this handle may do: "read", "write" or "admin".
+        self.role = check.role(role)
+        self.actor = self.session if actor is None else check.namespace(actor, "actor")
         self.config = config or Config.load()
         self.store = store
+        if self.config.security.audit:
+            store.audit_on = True
+        store.actors[(self.namespace, self.session)] = self.actor
         #: The vector index. Reading it here (query, ids, vectors) first applies the
         #: index writes still waiting in the outbox (see ``write.index_batch``).
         self.index: VectorIndex = index if self.config.write.index_batch == 1 else _AppliedFirst(
@@ -109,6 +135,10 @@ class MemoryTree:
         self._check_branch_mode()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()
+
+    def _allow(self, needed: str, what: str) -> None:
+        if check.ROLES.index(self.role) < check.ROLES.index(needed):
+            raise AccessDeniedError(f"{what}() needs the {needed!r} role; this handle was opened as {self.role!r}")
 
     def _fault(self, point: str) -> None:
         if self._fault_hook is not None:
@@ -153,6 +183,9 @@ class MemoryTree:
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
         chroma_url: str | None = None,
+        key: Keyring | str | None = None,
+        role: str = "admin",
+        actor: str | None = None,
     ) -> MemoryTree:
         """Create or reopen a memory.
 
@@ -166,9 +199,19 @@ class MemoryTree:
         it or ``index``, not both. The server is reached on first use: while it is
         down, writes still commit and their index work waits in the outbox until a
         later write or open drains it.
+
+        ``key`` (a :class:`Keyring` or key text) encrypts what the memory stores; without
+        it the key comes from ``$HYBRID_MEMORY_KEY``, ``$HYBRID_MEMORY_KEY_FILE`` or
+        ``security.key_file``. An encrypted memory opened without its key raises
+        :class:`EncryptionKeyError`. ``role`` is what this handle may do: ``"read"``,
+        ``"write"`` or ``"admin"`` (everything; the default). ``actor`` names who acts
+        through the handle in the audit log (the session by default).
         """
         check.namespace(namespace)  # before anything is created on disk
         check.namespace(session)
+        role = check.role(role)
+        if actor is not None:
+            check.namespace(actor, "actor")
         if index is not None and chroma_url is not None:
             raise InvalidInputError("give index or chroma_url, not both")
         if chroma_url is not None:  # Chroma server; a malformed URL raises InvalidInputError
@@ -178,15 +221,18 @@ class MemoryTree:
         folder = Path(path) if path is not None else None
         if not isinstance(config, Config):
             config = Config.load(None if config is None else Path(config))
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise InvalidInputError(f"{folder} exists and is not a folder")
+        ring = Keyring.resolve(key, config.security.key_file or None, data_dir=folder)
+        if isinstance(store, SqlStore) and ring is not None and store.keyring is not ring:
+            raise InvalidInputError("give the key to SqlStore(..., keyring=...) when passing a store")
         if folder is not None:
-            if folder.exists() and not folder.is_dir():
-                raise InvalidInputError(f"{folder} exists and is not a folder")
             folder.mkdir(parents=True, exist_ok=True)
         if store is None:
             assert folder is not None
-            store = SqlStore.sqlite(folder / "memory.db")
+            store = SqlStore(f"sqlite:///{(folder / 'memory.db').resolve()}", keyring=ring)
         elif isinstance(store, str):
-            store = SqlStore(store)
+            store = SqlStore(store, keyring=ring)
         if index is None:
             assert folder is not None
             index = ChromaIndex(folder / "chroma")
@@ -194,7 +240,7 @@ class MemoryTree:
             embedder = make_embedder(config.embedding)
         return cls(
             store=store, index=index, embedder=embedder, namespace=namespace,
-            session=session, config=config, clock=clock, folder=folder,
+            session=session, config=config, clock=clock, folder=folder, role=role, actor=actor,
         )
 
     # -- life cycle ------------------------------------------------------------
@@ -312,6 +358,7 @@ class MemoryTree:
 
     # -- writing ---------------------------------------------------------------
 
+    @_requires("write")
     def add(
         self,
         content: str,
@@ -336,6 +383,7 @@ class MemoryTree:
                   confidence=confidence, meta=meta, ts=ts, pinned=pinned)]
         )[0]
 
+    @_requires("write")
     def add_many(self, items: Iterable[Mapping[str, Any]]) -> list[Node]:
         """Write several memories: one embedding batch, one transaction.
 
@@ -369,6 +417,7 @@ class MemoryTree:
         both texts) reaches ``dedup.similarity``."""
         return self._writer.is_twin(a, b, cosine)
 
+    @_requires("write")
     def update(
         self,
         node: NodeRef,
@@ -407,7 +456,7 @@ class MemoryTree:
             changes = dict(values, version=row.version + 1, updated_at=now)
             if vec is not None:
                 changes.update(
-                    content_hash=content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
+                    content_hash=self.store.content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
                     embedding=to_blob(vec), embed_model=self.embedder.name,
                 )
                 self.store.unindex_terms(conn, [row.id])
@@ -422,6 +471,7 @@ class MemoryTree:
         self._drain()
         return result
 
+    @_requires("write")
     def feedback(
         self,
         node: NodeRef,
@@ -459,6 +509,7 @@ class MemoryTree:
 
         return self._write_flushing(run)
 
+    @_requires("write")
     def pin(self, node: NodeRef, pinned: bool = True) -> Node:
         """Pinned nodes are never forgotten."""
         self._live_check()
@@ -474,6 +525,7 @@ class MemoryTree:
 
         return self.store.write(run)
 
+    @_requires("write")
     def move(self, node: NodeRef, new_parent: Node | str | _Root) -> Node:
         """Hang a live node (and its subtree) under another parent. Refuses cycles."""
         self._live_check()
@@ -492,6 +544,13 @@ class MemoryTree:
                     raise CycleError(f"cannot move {row.id} under {parent.id}: that is inside its own subtree")
             sub = sorted(self.store.lock_subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
             new_path = f"{row.id}/" if parent is None else f"{parent.path}{row.id}/"
+            lim = self.config.write
+            deepest = (0 if parent is None else parent.depth + 1) + (sub[-1].depth - row.depth)
+            if deepest > lim.max_depth:
+                raise InvalidInputError(f"the move would put a node at depth {deepest}; the limit is {lim.max_depth} (write.max_depth)")
+            if row.parent_id != (None if parent is None else parent.id) and self.store.child_count(
+                    conn, self.namespace, None if parent is None else parent.id, lim.max_children) >= lim.max_children:
+                raise InvalidInputError(f"the new parent has {lim.max_children} children already (write.max_children)")
             info: dict[str, tuple[str, bool]] = {}
             if parent is not None:
                 info[parent.id] = self._writer.branch_info(conn, parent._mapping)
@@ -513,6 +572,7 @@ class MemoryTree:
 
         return self.store.write(run)
 
+    @_requires("write")
     def focus(self, node: NodeRef) -> Node:
         """Make a live node the active one: new memories hang under it, and a
         query-less :meth:`retrieve` returns its task's context."""
@@ -528,6 +588,7 @@ class MemoryTree:
         return self.store.write(run)
 
 
+    @_requires("write")
     def checkpoint(self, note: str | None = None) -> Checkpoint:
         """Record where this session stands: the active node and the log position."""
         self._live_check()
@@ -544,6 +605,7 @@ class MemoryTree:
 
     # -- archive, restore, delete, forget ----------------------------------------
 
+    @_requires("write")
     def archive(self, node: NodeRef) -> list[str]:
         """Take a node and its live subtree out of retrieval (restorable). Returns the ids."""
         self._live_check()
@@ -588,7 +650,9 @@ class MemoryTree:
         if sum(x is not None for x in (node, seq, as_of)) != 1:
             raise InvalidInputError("restore: give exactly one of a node, seq= or as_of=")
         if node is None:
+            self._allow("admin", "restore(seq=/as_of=)")
             return portability.time_travel(self, seq=seq, as_of=as_of)
+        self._allow("write", "restore")
         return self._restore_node(node)
 
     def export(self, path: str | os.PathLike[str], *, include_log: bool = False) -> portability.Transfer:
@@ -596,8 +660,11 @@ class MemoryTree:
         (with their embeddings), cursors, checkpoints and, with ``include_log``, the
         operation log. Written atomically."""
         self._live_check()
-        return portability.export(self, path, include_log=include_log)
+        done = portability.export(self, path, include_log=include_log)
+        self._audit("export", [], {"nodes": done.nodes, "checkpoints": done.checkpoints, "ops": done.ops})
+        return done
 
+    @_requires("admin")
     def import_(self, path: str | os.PathLike[str]) -> portability.Transfer:
         """Load a snapshot written by :meth:`export` into this memory, which must be
         empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
@@ -631,6 +698,7 @@ class MemoryTree:
         self._drain()
         return result
 
+    @_requires("write")
     def delete(self, node: NodeRef) -> list[str]:
         """Erase a node and its whole subtree everywhere: rows, lexical and vector
         index, and the content kept in the operation log. Returns the ids."""
@@ -647,6 +715,71 @@ class MemoryTree:
         self._drain()
         return ids
 
+    @_requires("admin")
+    def erase(self, node: NodeRef, *, compact: bool = True) -> list[str]:
+        """Erase a node and its subtree everywhere and leave no bytes of it on disk:
+        :meth:`delete` (rows, lexical terms, the content kept in the operation log),
+        the vectors removed from the index now rather than with the next batch, then
+        the store compacted (SQLite: VACUUM and a truncated WAL; PostgreSQL: VACUUM
+        FULL). The audit trail records the erasure by id only. ``compact=False``
+        leaves the compaction to a later ``hybrid-memory compact`` (erasing many
+        subtrees one after another)."""
+        ids = self.delete(node)
+        self._settle_erasure(compact)
+        return ids
+
+    @_requires("admin")
+    def erase_namespace(self, *, compact: bool = True) -> int:
+        """Erase this whole namespace (tenant) everywhere: its nodes, terms, operation
+        log, outbox, cursors, checkpoints and settings, its vectors, then compact the
+        store as :meth:`erase` does. The handle stays open on the now empty namespace.
+        Returns how many nodes were erased."""
+        self._live_check()
+        self._pending_access.clear()
+        now = self._clock()
+
+        def run(conn: Connection) -> int:
+            ids = safety.erase_namespace_rows(self.store, conn, self.namespace)
+            self.store.enqueue(conn, self.namespace, ids, "delete")
+            if self.store.audit_on:
+                self.store.audit(conn, self.namespace, self.session, [(now, "erase_ns", [], {"nodes": len(ids)})])
+            return len(ids)
+
+        n = self.store.write(run)
+        self._settle_erasure(compact)
+        drop = getattr(self._index, "drop", None)
+        if callable(drop):
+            drop(self.namespace)  # the collection's own files go too
+        return n
+
+    def _settle_erasure(self, compact: bool) -> None:
+        if not isinstance(compact, bool):
+            raise InvalidTypeError("compact must be true or false")
+        self._flush_reads()
+        self._apply_index_work()
+        if compact:
+            safety.compact(self.store)
+
+    @_requires("admin")
+    def rotate_key(self, *, progress: bool = False) -> safety.Rotation:
+        """Reseal the whole store (every namespace) under the first key of the keyring
+        this memory was opened with; see :func:`hybrid_memory.safety.rotate_key`."""
+        self._live_check()
+        self.flush()
+        bar = portability._progress(None, "rotate-key") if progress else None
+
+        def report(done: int, total: int) -> None:
+            if bar is not None:
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+
+        try:
+            return safety.rotate_key(self.store, progress=report)
+        finally:
+            if bar is not None:
+                bar.close()
+
     def _delete_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, head: str | None) -> None:
         # portability: what replay needs of the purged entries, without what they said.
         skeletons = portability.skeletons(conn, self.namespace, ids)
@@ -659,6 +792,7 @@ class MemoryTree:
             if pid in ids:
                 del self._pending_access[pid]
 
+    @_requires("write")
     def forget(
         self,
         *,
@@ -771,7 +905,16 @@ class MemoryTree:
             recall = self._retriever.search(query, k=k, budget=budget, branches=nb, now=at)
         if reinforce:
             self._note_access([s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top")], at)
+        self._audit("retrieve", [s.node.id for s in recall.nodes],
+                    {"k": k, "budget_tokens": budget, "query": query is not None, "tokens": recall.tokens})
         return recall
+
+    def _audit(self, action: str, ids: Sequence[str], detail: Mapping[str, Any]) -> None:
+        """An audit entry of its own for a read (retrieve, export); writes are audited
+        with their log entries, in their own transaction."""
+        if self.store.audit_on:
+            now = self._clock()
+            self.store.write(lambda conn: self.store.audit(conn, self.namespace, self.session, [(now, action, ids, detail)]))
 
     def _note_access(self, ids: Sequence[str], at: float) -> None:
         for node_id in ids:
@@ -803,6 +946,7 @@ class MemoryTree:
         self._apply_index_work()  # this handle's writes waiting for their batch are not drift
         return verify(self.store, self._index, self.namespace)
 
+    @_requires("admin")
     def repair(self) -> Drift:
         """Replay pending index work, then make the index match the relational truth
         and mark unreadable log entries. Returns the drift that was found."""
@@ -812,6 +956,7 @@ class MemoryTree:
         self._problems = self._open_problems()
         return drift
 
+    @_requires("admin")
     def reindex(self, *, progress: bool = False) -> int:
         """Rebuild this namespace's vector index from the stored embeddings.
         Returns the number of vectors written; ``progress`` shows a bar."""

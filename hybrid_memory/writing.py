@@ -153,6 +153,7 @@ class Writer:
         by_key: dict[str, RowMap] = {}
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
         written: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
         out: list[Node] = []
         for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
@@ -175,13 +176,14 @@ class Writer:
             else:
                 path, depth = f"{parent_row['path']}{node_id}/", parent_row["depth"] + 1
                 pinfo = seen.branch_info(parent_row)
+            self._check_limits(conn, fanout, None if parent_row is None else parent_row["id"], depth)
             branch = branch_info_for(node_id, p.type, pinfo, cfg.retrieval.branch_by)[0]
             row = dict(
                 id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
                 type=p.type.value, content=p.content, meta=to_json(p.meta), importance=p.importance,
                 confidence=p.confidence, access_count=0, pinned=p.pinned, status=Status.LIVE.value,
                 version=1, depth=depth, path=path, branch_id=branch, created_at=p.ts, updated_at=p.ts,
-                accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=content_hash(p.content),
+                accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=self.store.content_hash(p.content),
                 tokens=text.count_tokens(p.content), embedding=to_blob(vec), embed_model=self.embedder.name,
             )
             seen.rows[node_id] = row
@@ -224,6 +226,19 @@ class Writer:
         row = self.store.get(conn, head)
         return head, row is not None and row.type == NodeType.TASK.value
 
+    def _check_limits(self, conn: Connection, fanout: dict[str | None, int], parent_id: str | None, depth: int) -> None:
+        """``write.max_depth`` and ``write.max_children``: a write past either raises
+        (its transaction, the whole batch, rolls back)."""
+        cfg = self.config.write
+        if depth > cfg.max_depth:
+            raise InvalidInputError(f"the new node would be at depth {depth}; the limit is {cfg.max_depth} (write.max_depth)")
+        if parent_id not in fanout:
+            fanout[parent_id] = self.store.child_count(conn, self.namespace, parent_id, cfg.max_children)
+        fanout[parent_id] += 1
+        if fanout[parent_id] > cfg.max_children:
+            where = f"node {parent_id}" if parent_id is not None else "the root"
+            raise InvalidInputError(f"{where} would have more than {cfg.max_children} children (write.max_children)")
+
     def _find_twin(
         self,
         seen: _Seen,
@@ -236,9 +251,10 @@ class Writer:
     ) -> RowMap | None:
         if p.type is NodeType.TASK:
             return None  # a task heads its own branch; two tasks are never twins
-        for r in seen.by_hash.get(content_hash(p.content), ()):
-            if r["branch_id"] == branch and r["type"] == p.type.value:
-                return r
+        for h in self.store.content_hashes(p.content):
+            for r in seen.by_hash.get(h, ()):
+                if r["branch_id"] == branch and r["type"] == p.type.value:
+                    return r
         lexical = self.config.dedup.lexical
         for row in earlier:  # earlier items of this batch in the same branch, of the same type
             if text.jaccard(row["term_set"], term_set) >= lexical and self.is_twin(
@@ -346,7 +362,7 @@ class _Seen:
             # An exact twin lies in a branch that exists already: the branch of a node
             # the batch goes under. An item under an earlier item of the batch is in
             # that item's branch, which is one of these or new.
-            hashes = {content_hash(p.content) for p in prepared if p.type is not NodeType.TASK}
+            hashes = {h for p in prepared if p.type is not NodeType.TASK for h in self._store.content_hashes(p.content)}
             heads: set[str] = set()
             if hashes:
                 heads = ({self.rows[i]["branch_id"] for i in under if i in self.rows} if self._store.is_sqlite

@@ -12,6 +12,7 @@ import hybrid_memory
 from hybrid_memory import MemoryTree, errors
 
 EXPECTED_ALL = [
+    "AccessDeniedError",
     "BranchScore",
     "Checkpoint",
     "ChromaIndex",
@@ -22,12 +23,14 @@ EXPECTED_ALL = [
     "CycleError",
     "Drift",
     "Embedder",
+    "EncryptionKeyError",
     "ForgetReport",
     "HybridMemoryError",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidTypeError",
     "InvalidWeightError",
+    "Keyring",
     "MemoryTree",
     "NamespaceError",
     "Node",
@@ -44,6 +47,7 @@ EXPECTED_ALL = [
     "StorageError",
     "VectorIndex",
     "__version__",
+    "generate_key",
 ]
 
 DOCUMENTED_METHODS = [
@@ -52,6 +56,7 @@ DOCUMENTED_METHODS = [
     "children", "path", "nodes", "close", "flush", "weight", "is_twin",
     "verify", "repair", "reindex",
     "export", "import_",  # portability
+    "erase", "erase_namespace", "rotate_key",  # safety
 ]
 
 # The keyword options of each call, in order. Every one must be keyword-only.
@@ -63,7 +68,10 @@ KEYWORD_OPTIONS = {
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
     "restore": (["node"], ["seq", "as_of"]),  # portability: time travel
     "export": (["path"], ["include_log"]),  # portability
-    "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url"]),
+    "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
+                       "key", "role", "actor"]),
+    "erase": (["node"], ["compact"]),
+    "erase_namespace": ([], ["compact"]),
 }
 
 

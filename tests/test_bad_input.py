@@ -18,6 +18,7 @@ import pytest
 
 from hybrid_memory import (
     ROOT,
+    AccessDeniedError,
     ClosedError,
     Config,
     ConfigError,
@@ -712,6 +713,8 @@ EXPECTED_CODES = {
     "ConfigError": ("config", 6),
     "ClosedError": ("closed", 7),
     "StorageError": ("storage", 8),
+    "EncryptionKeyError": ("encryption_key", 6),
+    "AccessDeniedError": ("access_denied", 9),
 }
 
 
@@ -734,10 +737,10 @@ def test_every_error_class_has_a_distinct_stable_code_and_an_exit_code() -> None
 def test_input_errors_share_the_input_exit_code_and_others_do_not() -> None:
     for cls in (InvalidContentError, InvalidWeightError, InvalidTypeError, CycleError):
         assert issubclass(cls, InvalidInputError)
-    others = (NotFoundError, NamespaceError, ConflictError, ConfigError, ClosedError, StorageError)
+    others = (NotFoundError, NamespaceError, ConflictError, ConfigError, ClosedError, StorageError, AccessDeniedError)
     for cls in others:
         assert not issubclass(cls, InvalidInputError)
-    assert len({cls.exit_code for cls in others} | {InvalidInputError.exit_code, HybridMemoryError.exit_code}) == 8
+    assert len({cls.exit_code for cls in others} | {InvalidInputError.exit_code, HybridMemoryError.exit_code}) == 9
 
 
 # -- odd values that reached Python errors instead of typed ones ----------------------

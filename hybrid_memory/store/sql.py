@@ -12,6 +12,7 @@ failures and deadlocks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sqlite3
@@ -43,16 +44,55 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Dialect, Engine, Row
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.types import TypeDecorator
 
-from ..errors import StorageError
+from ..crypto import KEY_ENV, KEY_FILE_ENV, Keyring, missing_keys
+from ..errors import EncryptionKeyError, StorageError
 from ..model import Checkpoint, Node, NodeType, Status
 
 T = TypeVar("T")
 SCHEMA_VERSION = "1"
 
 metadata = MetaData()
+
+
+class SealedText(TypeDecorator[str]):
+    """A text column that holds what was said: sealed with the store's keyring (set on
+    the engine's dialect, one per store) when it has one, plain text otherwise.
+    Every read and write through SQLAlchemy passes here, so no query can forget it."""
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, purpose: str) -> None:
+        super().__init__()
+        self.purpose = purpose
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        ring: Keyring | None = dialect.__dict__.get("hm_keyring")
+        if ring is None:
+            return None
+        purpose = self.purpose
+        return lambda v: None if v is None else ring.seal(v, purpose)
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        ring: Keyring | None = dialect.__dict__.get("hm_keyring")
+        if ring is None:
+            return None
+        purpose = self.purpose
+        if purpose == "payload":
+            # An altered log entry reads as unreadable (not JSON), as a torn one does:
+            # readers of the log already mark and skip those.
+            def payload(v: Any) -> Any:
+                try:
+                    return None if v is None else ring.unseal(v, purpose)
+                except StorageError:
+                    return "<unreadable sealed payload>"
+            return payload
+        return lambda v: None if v is None else ring.unseal(v, purpose)
+
 
 nodes = Table(
     "hm_nodes",
@@ -61,8 +101,8 @@ nodes = Table(
     Column("namespace", String(128), nullable=False),
     Column("parent_id", String(32)),
     Column("type", String(16), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("meta", Text, nullable=False),
+    Column("content", SealedText("content"), nullable=False),
+    Column("meta", SealedText("meta"), nullable=False),
     Column("importance", Float, nullable=False),
     Column("confidence", Float, nullable=False),
     Column("access_count", Integer, nullable=False),
@@ -120,7 +160,7 @@ oplog = Table(
     Column("ts", Float, nullable=False),
     Column("op", String(16), nullable=False),
     Column("node_id", String(32)),
-    Column("payload", Text, nullable=False),
+    Column("payload", SealedText("payload"), nullable=False),
     Index("hm_oplog_ns", "namespace", "seq"),
     Index("hm_oplog_node", "node_id"),
 )
@@ -153,7 +193,7 @@ checkpoints = Table(
     Column("active_id", String(32)),
     Column("log_seq", Integer, nullable=False),
     Column("ts", Float, nullable=False),
-    Column("note", Text),
+    Column("note", SealedText("note")),
     Index("hm_checkpoints_ns", "namespace", "session", "id"),
 )
 
@@ -163,6 +203,37 @@ settings = Table(
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+#: The audit trail: append-only, each entry's hash covers the previous entry's, and
+#: the head (last seq and hash) is kept in hm_settings under "audit_head". Entries
+#: hold ids, operation names and numbers, never what was said.
+audit = Table(
+    "hm_audit",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("namespace", String(128), nullable=False),
+    Column("session", String(128), nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("node_ids", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("prev", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("hm_audit_ns", "namespace", "seq"),
+)
+
+#: Payload keys an audit entry leaves out: what was said, and bulky replay detail.
+AUDIT_OMITS = frozenset({"content", "meta", "content_hash", "tokens", "note", "skeletons", "counts"})
+AUDIT_GENESIS = "0" * 64
+
+
+def audit_hash(prev: str, seq: int, namespace: str, session: str, actor: str, ts: float,
+               action: str, node_ids: str, detail: str) -> str:
+    """The hash of one audit entry: SHA-256 over the previous hash and every field."""
+    body = json.dumps([prev, seq, namespace, session, actor, repr(float(ts)), action, node_ids, detail],
+                      ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 #: The columns a ``Node`` is built from (everything but the embedding).
 NODE_COLUMNS = tuple(c for c in nodes.c if c.name not in ("embedding", "embed_model"))
@@ -231,19 +302,38 @@ def _is_locked(exc: BaseException) -> bool:
 class SqlStore:
     """The relational store, over any SQLAlchemy URL (SQLite by default)."""
 
-    def __init__(self, url: str | Engine, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, url: str | Engine, *, busy_timeout_ms: int = 30_000, keyring: Keyring | None = None,
+                 check_keys: bool = True) -> None:
         try:
             self.engine = url if isinstance(url, Engine) else create_engine(url)
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot open relational store {url!r}: {exc}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self.is_postgres = self.engine.dialect.name == "postgresql"
+        if self.engine.dialect.__dict__.get("hm_keyring", keyring) is not keyring:
+            raise StorageError("an engine shared by two stores must carry one keyring: create one engine per store")
+        #: Whether writes are audited (``security.audit``, or a store that holds an audit
+        #: trail already: once on, every handle keeps it going), and who acts for a
+        #: (namespace, session) in its entries.
+        self.audit_on = False
+        self.actors: dict[tuple[str, str], str] = {}
+        #: The keyring that seals contents, or None. Set on the dialect before the first
+        #: statement: SQLAlchemy keeps each column type's processors per dialect.
+        self.keyring: Keyring | None = keyring
+        # False: open whatever the keys (store-wide work that reads no sealed column,
+        # or rotate_key, which checks them itself).
+        self._check_keys_on_open = check_keys
+        self.engine.dialect.hm_keyring = keyring  # type: ignore[attr-defined]
         if self.is_sqlite:
             _configure_sqlite(self.engine, busy_timeout_ms)
         try:
             self._init_settings()
         except SQLAlchemyError as exc:
+            self.engine.dispose()
             raise StorageError(f"cannot prepare relational store: {exc}") from None
+        except BaseException:
+            self.engine.dispose()
+            raise
 
     @classmethod
     def sqlite(cls, path: str | Path) -> SqlStore:
@@ -271,8 +361,68 @@ class SqlStore:
                 conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
             elif have != SCHEMA_VERSION:
                 raise StorageError(f"store has schema version {have}, this library reads {SCHEMA_VERSION}")
+            if self._check_keys_on_open:
+                self._check_keys(conn)
+            self.audit_on = self.get_setting(conn, "audit_head") is not None
 
         self.write(run)
+
+    # -- encryption ---------------------------------------------------------------
+
+    def _check_keys(self, conn: Connection) -> None:
+        """The keys this store's sealed values need are all in the keyring; a store
+        first opened with a keyring records its key; plain data is never mixed in
+        silently (``rotate_key`` seals it)."""
+        stored = self.sealing_keys(conn)
+        if stored:
+            gone = missing_keys(stored, self.keyring)
+            if self.keyring is None:
+                raise EncryptionKeyError(
+                    f"this memory is encrypted (key {', '.join(stored)}): give its key "
+                    f"(${KEY_ENV}, ${KEY_FILE_ENV} or security.key_file)")
+            if gone:
+                raise EncryptionKeyError(
+                    f"this memory is sealed with key {', '.join(gone)}, which the keyring does not hold "
+                    f"(it holds {', '.join(self.keyring.key_ids)}): the wrong key")
+        elif self.keyring is not None:
+            if conn.execute(select(nodes.c.id).limit(1)).first() is not None or \
+                    conn.execute(select(oplog.c.seq).limit(1)).first() is not None:
+                raise EncryptionKeyError(
+                    "this memory holds unencrypted data: seal it with `hybrid-memory rotate-key` "
+                    "(or MemoryTree.rotate_key) before opening it with a key")
+            self.set_setting(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [self.keyring.primary]}))
+
+    def sealing_keys(self, conn: Connection) -> list[str]:
+        """The ids of the keys the store's sealed values may be under ([] for a plain store)."""
+        raw = self.get_setting(conn, "encryption")
+        if raw is None:
+            return []
+        try:
+            keys = json.loads(raw)["keys"]
+        except (ValueError, KeyError, TypeError):
+            raise StorageError(f"the store's encryption setting is unreadable: {raw!r}") from None
+        return [str(k) for k in keys]
+
+    def content_hash(self, content: str) -> str:
+        """The hash that finds exact twins: SHA-256 of the whitespace-normalised content,
+        keyed by the keyring when the store has one (a plain hash could be checked
+        against guessed contents)."""
+        if self.keyring is not None:
+            return self.keyring.content_hash(content)
+        return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
+
+    def content_hashes(self, content: str) -> list[str]:
+        """The content's hash under every key of the keyring (one while no rotation runs)."""
+        if self.keyring is not None:
+            return self.keyring.content_hashes(content)
+        return [self.content_hash(content)]
+
+    def _stored_terms(self, query_terms: Iterable[str]) -> dict[str, str]:
+        """Stored form -> term, for every form a term may be stored under: cut to 64
+        characters, or blinded under each key of the keyring."""
+        if self.keyring is None:
+            return {t[:64]: t for t in query_terms}
+        return {b: t for t in query_terms for b in self.keyring.blind(t[:64])}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -497,6 +647,13 @@ class SqlStore:
             if all(r._locked_path.split("/", 1)[0] in locked for r in rows):
                 return [tuple(r)[:-1] for r in rows]
 
+    def child_count(self, conn: Connection, namespace: str, parent_id: str | None, limit: int) -> int:
+        """How many nodes (any status) hang directly under ``parent_id`` (None: the root),
+        counted up to ``limit`` (reads at most that many index entries)."""
+        cond = nodes.c.parent_id.is_(None) if parent_id is None else nodes.c.parent_id == parent_id
+        inner = select(nodes.c.id).where(nodes.c.namespace == namespace, cond).limit(limit).subquery()
+        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
     def any_live_id(self, conn: Connection, namespace: str) -> str | None:
         """One live node's id (which one is unspecified), or None for an empty namespace."""
         q = select(nodes.c.id).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value).limit(1)
@@ -569,6 +726,8 @@ class SqlStore:
             stored: dict[str, int] = {}
             for t, n in counts.items():
                 stored[t[:64]] = stored.get(t[:64], 0) + n
+            if self.keyring is not None:
+                stored = {self.keyring.blind(t)[0]: n for t, n in stored.items()}
             rows.extend({"namespace": namespace, "term": t, "node_id": node_id, "tf": n} for t, n in stored.items())
         if rows:
             conn.execute(insert(terms), rows)
@@ -582,10 +741,13 @@ class SqlStore:
         out), counted off the index without reading the postings."""
         if not query_terms:
             return {}
-        cut = {t[:64]: t for t in query_terms}
+        cut = self._stored_terms(query_terms)
         q = (select(terms.c.term, func.count()).where(terms.c.namespace == namespace, terms.c.term.in_(list(cut)))
              .group_by(terms.c.term))
-        return {cut[t]: int(n) for t, n in conn.execute(q).all()}
+        out: dict[str, int] = {}
+        for t, n in conn.execute(q).all():
+            out[cut[t]] = out.get(cut[t], 0) + int(n)
+        return out
 
     def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str],
                  node_ids: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
@@ -594,7 +756,7 @@ class SqlStore:
         ids = None if node_ids is None else list(dict.fromkeys(node_ids))
         if not query_terms or ids == []:
             return []
-        cut = {t[:64]: t for t in query_terms}
+        cut = self._stored_terms(query_terms)
         if ids is not None and len(ids) > 500:
             return [p for chunk in _chunks(ids, 500) for p in self.postings(conn, namespace, query_terms, chunk)]
         rows: Sequence[Any]
@@ -615,7 +777,7 @@ class SqlStore:
             if ids is not None:
                 q = q.where(terms.c.node_id.in_(ids))
             rows = conn.execute(q).all()
-        if any(len(t) > 64 for t in query_terms):
+        if self.keyring is not None or any(len(t) > 64 for t in query_terms):
             return [(cut.get(t, t), i, tf) for t, i, tf in rows]
         return list(rows)
 
@@ -665,7 +827,10 @@ class SqlStore:
                 payload=json.dumps(payload, ensure_ascii=False, sort_keys=True),
             )
         )
-        return int(result.inserted_primary_key[0])  # type: ignore[index]
+        seq = int(result.inserted_primary_key[0])  # type: ignore[index]
+        if self.audit_on and op != "access":
+            self.audit_ops(conn, namespace, session, [(ts, op, node_id, payload, seq)])
+        return seq
 
     def log_many(self, conn: Connection, namespace: str, session: str,
                  entries: Sequence[tuple[float, str, str | None, Mapping[str, Any]]]) -> list[int]:
@@ -677,7 +842,56 @@ class SqlStore:
              "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)}
             for ts, op, node_id, payload in entries
         ])
-        return [int(seq) for seq in result.scalars().all()]
+        seqs = [int(seq) for seq in result.scalars().all()]
+        if self.audit_on:
+            self.audit_ops(conn, namespace, session, [(*e, q) for e, q in zip(entries, seqs, strict=True) if e[1] != "access"])
+        return seqs
+
+    # -- the audit trail ------------------------------------------------------------
+
+    def audit_ops(self, conn: Connection, namespace: str, session: str,
+                  entries: Sequence[tuple[float, str, str | None, Mapping[str, Any], int]]) -> None:
+        """Audit log entries: the operation, its node ids and its payload without words."""
+        rows = []
+        for ts, op, node_id, payload, seq in entries:
+            ids = ([node_id] if node_id is not None else []) + [
+                i for i in payload.get("ids", ()) if isinstance(i, str) and i != node_id]
+            detail = {k: v for k, v in payload.items() if k not in AUDIT_OMITS and k != "ids"}
+            detail["log_seq"] = seq
+            rows.append((ts, op, ids, detail))
+        self.audit(conn, namespace, session, rows)
+
+    def audit(self, conn: Connection, namespace: str, session: str,
+              rows: Sequence[tuple[float, str, Sequence[str], Mapping[str, Any]]]) -> None:
+        """Append (ts, action, node ids, detail) entries to the audit chain, inside the
+        caller's write transaction (the head row is locked on PostgreSQL, so that two
+        writers never fork the chain)."""
+        if not rows:
+            return
+        q = select(settings.c.value).where(settings.c.key == "audit_head")
+        if not self.is_sqlite:
+            q = q.with_for_update()
+        raw = conn.execute(q).scalar()
+        if raw is None:
+            self.set_setting(conn, "audit_head", json.dumps({"seq": 0, "hash": AUDIT_GENESIS}))
+            if not self.is_sqlite:
+                conn.execute(q).scalar()
+            head: dict[str, Any] = {"seq": 0, "hash": AUDIT_GENESIS}
+        else:
+            head = json.loads(raw)
+        seq, prev = int(head["seq"]), str(head["hash"])
+        actor = self.actors.get((namespace, session), session)
+        out = []
+        for ts, action, ids, detail in rows:
+            seq += 1
+            node_ids = json.dumps(list(ids), separators=(",", ":"))
+            body = json.dumps(detail, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            h = audit_hash(prev, seq, namespace, session, actor, ts, action, node_ids, body)
+            out.append({"seq": seq, "namespace": namespace, "session": session, "actor": actor, "ts": ts,
+                        "action": action, "node_ids": node_ids, "detail": body, "prev": prev, "hash": h})
+            prev = h
+        conn.execute(insert(audit), out)
+        self.set_setting(conn, "audit_head", json.dumps({"seq": seq, "hash": prev}))
 
     def log_payloads(self, conn: Connection, namespace: str, *, last_only: bool = False) -> list[tuple[int, str]]:
         q = select(oplog.c.seq, oplog.c.payload).where(oplog.c.namespace == namespace).order_by(oplog.c.seq.desc())

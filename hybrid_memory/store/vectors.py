@@ -294,6 +294,17 @@ class ChromaIndex:
             for i in range(0, len(ids), 4000):
                 col.delete(ids=list(ids[i : i + 4000]))
 
+    def drop(self, namespace: str) -> None:
+        """Delete the namespace's collection, its segment files with it (erasure of a
+        whole namespace). A later write makes a new, empty one."""
+        with self._guard("drop"), self._locked(True):
+            self._collections.pop(namespace, None)
+            try:
+                self._ensure().delete_collection(collection_name(namespace))
+            except Exception as exc:  # chromadb: NotFoundError / ValueError for a missing one
+                if "does not exist" not in str(exc) and "not found" not in str(exc).lower():
+                    raise
+
     def query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
         matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if n <= 0 or not len(matrix):
