@@ -108,7 +108,7 @@ class MemoryTree:
         self.config = config or Config.load()
         self.store = store
         if self.config.security.audit:
-            store.audit_on = True
+            store.enable_audit()
         store.actors[(self.namespace, self.session)] = self.actor
         #: The vector index. Reading it here (query, ids, vectors) first applies the
         #: index writes still waiting in the outbox (see ``write.index_batch``).

@@ -542,3 +542,32 @@ def test_depth_and_fanout_limits_refuse_the_whole_write(open_memory: OpenMemory)
     assert mem.get(levels[0].id).parent_id == task.id
     moved = mem.move(levels[1], kids[0])  # depth 2 again: allowed
     assert moved.depth == 2 and mem.get(chain.id).depth == 3
+
+
+def test_erase_namespace_empties_every_table_on_both_backends(open_memory: OpenMemory) -> None:
+    """Every table but the audit trail holds no row of the erased namespace; the other
+    namespace's rows are all still there; its vectors too."""
+    from sqlalchemy import func, select
+
+    from hybrid_memory.store.sql import checkpoints, cursors, nodes, oplog, outbox, terms
+
+    gone = _audited(open_memory, namespace="gone")
+    stay = open_memory(namespace="stay")
+    _fill(gone)
+    kept = _fill(stay)
+    tables = (nodes, terms, oplog, outbox, cursors, checkpoints)
+
+    def counts(ns: str) -> list[int]:
+        with gone.store.reading() as conn:
+            return [int(conn.execute(select(func.count()).select_from(t).where(t.c.namespace == ns)).scalar_one())
+                    for t in tables]
+
+    stay_before = counts("stay")
+    assert min(counts("gone")[:4] + counts("gone")[5:]) > 0
+    assert gone.erase_namespace() == 4
+    assert counts("gone") == [0] * len(tables)
+    assert counts("stay")[:2] + counts("stay")[4:] == stay_before[:2] + stay_before[4:]
+    assert stay.get(kept["s1"]).content == SECRETS[1]
+    assert gone.index.ids("gone") == set()
+    assert stay.verify().clean
+    assert verify_audit(gone.store).ok

@@ -849,6 +849,22 @@ class SqlStore:
 
     # -- the audit trail ------------------------------------------------------------
 
+    def enable_audit(self) -> None:
+        """Start the audit trail (its head row) if the store has none; from then on
+        every write through any handle is audited."""
+        def run(conn: Connection) -> None:
+            value = json.dumps({"seq": 0, "hash": AUDIT_GENESIS})
+            if self.is_postgres:
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+                conn.execute(pg_insert(settings).values(key="audit_head", value=value).on_conflict_do_nothing())
+            elif self.get_setting(conn, "audit_head") is None:
+                conn.execute(insert(settings).values(key="audit_head", value=value))
+
+        if not self.audit_on:
+            self.write(run)
+            self.audit_on = True
+
     def audit_ops(self, conn: Connection, namespace: str, session: str,
                   entries: Sequence[tuple[float, str, str | None, Mapping[str, Any], int]]) -> None:
         """Audit log entries: the operation, its node ids and its payload without words."""
@@ -873,12 +889,8 @@ class SqlStore:
             q = q.with_for_update()
         raw = conn.execute(q).scalar()
         if raw is None:
-            self.set_setting(conn, "audit_head", json.dumps({"seq": 0, "hash": AUDIT_GENESIS}))
-            if not self.is_sqlite:
-                conn.execute(q).scalar()
-            head: dict[str, Any] = {"seq": 0, "hash": AUDIT_GENESIS}
-        else:
-            head = json.loads(raw)
+            raise StorageError("the audit trail has no head row: open the store with audit on (enable_audit)")
+        head: dict[str, Any] = json.loads(raw)
         seq, prev = int(head["seq"]), str(head["hash"])
         actor = self.actors.get((namespace, session), session)
         out = []
