@@ -403,6 +403,8 @@ def _bar(desc: str) -> Any:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    if not 1 <= args.n <= 1_000_000:
+        raise InvalidInputError(f"-n must be between 1 and 1000000, got {args.n}")
     store = _open_store(args, check_keys=False)  # the audit trail holds nothing sealed
     try:
         if args.action == "verify":

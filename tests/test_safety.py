@@ -571,3 +571,27 @@ def test_erase_namespace_empties_every_table_on_both_backends(open_memory: OpenM
     assert gone.index.ids("gone") == set()
     assert stay.verify().clean
     assert verify_audit(gone.store).ok
+
+
+def test_time_travel_and_an_altered_log_entry_in_an_encrypted_memory(
+        tmp_path: Path, embedder: SentenceTransformerEmbedder, clock: Clock) -> None:
+    """Replay reads the sealed log: a time travel brings an updated content back; a log
+    payload altered on disk reads as a corrupt entry (found by verify), not as garbage."""
+    ring = Keyring([generate_key()])
+    with _open(tmp_path / "m", embedder, clock, key=ring) as mem:
+        ids = _fill(mem)
+        seq = mem.stats().log_seq
+        mem.update(ids["s0"], content="rewritten Wombatfield")
+        mem.restore(seq=seq)
+        assert mem.get(ids["s0"]).content == SECRETS[0]
+        assert ids["s0"] in [s.node.id for s in mem.retrieve("passport E98127734", k=3).nodes]
+        last = mem.stats().log_seq
+    con = sqlite3.connect(tmp_path / "m" / "memory.db")
+    (value,) = con.execute("SELECT payload FROM hm_oplog WHERE seq = ?", (last,)).fetchone()
+    con.execute("UPDATE hm_oplog SET payload = ? WHERE seq = ?", (value[:-3] + "AAA", last))
+    con.commit()
+    con.close()
+    with _open(tmp_path / "m", embedder, clock, key=ring) as mem:
+        assert last in mem.verify().corrupt_log
+        assert mem.get(ids["s1"]).content == SECRETS[1]
+    assert _leaks(list(_files(tmp_path / "m")), [*SECRETS, "rewritten Wombatfield"]) == []
