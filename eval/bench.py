@@ -177,7 +177,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         report, ms = timed(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
         out["forget_dry_run_ms"] = round(ms, 1)
         out["forget_would_archive"] = len(report.details)
-        disk = mem.stats().disk_bytes
+        disk = mem.stats().disk_bytes or 0
         snapshot = workdir / f"export-{nodes}.jsonl"
         _, ms = timed(lambda: mem.export(snapshot))
         out["export_ms"] = round(ms, 1)
@@ -288,7 +288,7 @@ def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdi
     out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)
                             for name, argv in (("stats", ["stats"]), ("recover", ["recover"]))}
     with MemoryTree.open(folder, namespace="bench", embedder=filler, index=NullIndex(), config=config) as mem:
-        disk = mem.stats().disk_bytes
+        disk = mem.stats().disk_bytes or 0
         # The passes go by the node cap alone (threshold 0), so each takes what it names.
         report, ms = timed(lambda: mem.forget(threshold=0.0, max_nodes=max(1, live // 2), dry_run=True))
         out["forget_dry_run_ms"] = round(ms, 1)

@@ -157,7 +157,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.last_checkpoint_at)) if s.last_checkpoint_at else "-"
         print(f"last checkpoint  {when}")
         print(f"operations       {s.log_seq}")
-        print(f"on disk          {s.disk_bytes / 1024:.1f} KiB")
+        print("on disk          " + ("-" if s.disk_bytes is None else f"{s.disk_bytes / 1024:.1f} KiB (the whole store)"))
     return 0
 
 

@@ -193,7 +193,9 @@ class Stats:
     by_type: Mapping[str, int]
     active_path: tuple[str, ...]
     last_checkpoint_at: float | None
-    disk_bytes: int
+    #: Bytes of the memory's folder (the whole store, every namespace in it); None on a
+    #: handle below the admin role, or with no folder.
+    disk_bytes: int | None
     log_seq: int
 
 

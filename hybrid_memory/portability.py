@@ -719,6 +719,13 @@ def _write_state(
     """Rewrite the namespace's rows (nodes, terms, cursors, index outbox) to ``state``."""
     store, ns, model = mem.store, mem.namespace, mem.embedder.name
     live = Status.LIVE.value
+    new = [i for i in state.nodes if i not in rows]
+    for at in range(0, len(new), _CHUNK):
+        # An id the log names can since have been imported into another namespace
+        # (after this one travelled away from it): that node is not this one's to take.
+        if conn.execute(select(nodes.c.id).where(nodes.c.id.in_(new[at : at + _CHUNK]))).first() is not None:
+            raise ConflictError("the state at that position holds a node whose id another namespace of this "
+                                "store now uses; it cannot come back here")
     removed = [i for i in rows if i not in state.nodes]
     store.delete_nodes(conn, removed)
     store.enqueue(conn, ns, removed, "delete")
@@ -971,7 +978,8 @@ def _write_snapshot(
     for i in range(0, len(ids), _CHUNK):
         clash = conn.execute(select(nodes.c.id, nodes.c.namespace).where(nodes.c.id.in_(ids[i : i + _CHUNK]))).first()
         if clash is not None:
-            raise ConflictError(f"node {clash.id} already exists in namespace {clash.namespace!r} of this store")
+            where = "this namespace" if clash.namespace == mem.namespace else "another namespace of this store"
+            raise ConflictError(f"node {clash.id} already exists in {where}")
     top = int(conn.execute(select(func.max(oplog.c.seq))).scalar() or 0)
     # Log positions: the file's own when they are all past this store's log, else shifted.
     offset = 0

@@ -213,8 +213,10 @@ class _Busy(Exception):
 
 def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> list[str]:
     """Delete every row of ``namespace`` from every table but the audit trail, inside
-    ``conn``'s transaction. Returns the node ids (their vectors are the caller's)."""
-    from .store.sql import cursors, outbox, settings
+    ``conn``'s transaction. Returns the node ids (their vectors are the caller's).
+    The namespace's settings (its grouping mode: configuration, no data) stay, so a
+    handle still open on it keeps writing consistently."""
+    from .store.sql import cursors, outbox
 
     ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace)).scalars())
     conn.execute(delete(terms).where(terms.c.namespace == namespace))
@@ -223,10 +225,6 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))
     conn.execute(delete(cursors).where(cursors.c.namespace == namespace))
     conn.execute(delete(checkpoints).where(checkpoints.c.namespace == namespace))
-    # Per-namespace settings are keyed "<name>:<namespace>".
-    keys = [k for k in conn.execute(select(settings.c.key)).scalars() if k.endswith(f":{namespace}")]
-    if keys:
-        conn.execute(delete(settings).where(settings.c.key.in_(keys)))
     return ids
 
 

@@ -725,6 +725,7 @@ class MemoryTree:
         leaves the compaction to a later ``hybrid-memory compact`` (erasing many
         subtrees one after another)."""
         ids = self.delete(node)
+        self._unindexed += 1
         self._settle_erasure(compact)
         return ids
 
@@ -746,6 +747,7 @@ class MemoryTree:
             return len(ids)
 
         n = self.store.write(run)
+        self._unindexed += 1  # the vectors' deletes wait in the outbox: apply them now
         self._settle_erasure(compact)
         drop = getattr(self._index, "drop", None)
         if callable(drop):
@@ -783,7 +785,7 @@ class MemoryTree:
     def _delete_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, head: str | None) -> None:
         # portability: what replay needs of the purged entries, without what they said.
         skeletons = portability.skeletons(conn, self.namespace, ids)
-        self.store.purge_log(conn, ids)
+        self.store.purge_log(conn, self.namespace, ids)
         self.store.delete_nodes(conn, ids)
         self.store.enqueue(conn, self.namespace, ids, "delete")
         self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
@@ -1014,8 +1016,10 @@ class MemoryTree:
             arow = self.store.get(conn, active_id) if active_id else None
             last = self.store.last_checkpoint(conn, self.namespace, self.session)
             seq = self.store.last_seq(conn, self.namespace)
-        disk = 0
-        if self.folder is not None:
+        # The files are the whole store's, every namespace's: an operator's figure. A
+        # read or write handle (a tenant's) would learn from it how much others wrote.
+        disk: int | None = None
+        if self.folder is not None and self.role == "admin":
             disk = sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
         return Stats(
             namespace=self.namespace,

@@ -920,10 +920,12 @@ class SqlStore:
         value = conn.execute(select(func.max(oplog.c.seq)).where(oplog.c.namespace == namespace)).scalar()
         return int(value) if value is not None else 0
 
-    def purge_log(self, conn: Connection, ids: Sequence[str]) -> None:
-        """Remove stored content of deleted nodes from the operation log."""
+    def purge_log(self, conn: Connection, namespace: str, ids: Sequence[str]) -> None:
+        """Remove stored content of deleted nodes from the namespace's operation log
+        (another namespace's log may name the same ids: an import after a time travel)."""
         for chunk in _chunks(list(ids), 500):
-            conn.execute(update(oplog).where(oplog.c.node_id.in_(chunk)).values(payload='{"purged": true}'))
+            conn.execute(update(oplog).where(oplog.c.namespace == namespace, oplog.c.node_id.in_(chunk))
+                         .values(payload='{"purged": true}'))
 
     def enqueue(self, conn: Connection, namespace: str, ids: Iterable[str], action: str) -> None:
         rows = [{"namespace": namespace, "node_id": i, "action": action} for i in ids]
