@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidContentError, InvalidInputError, InvalidTypeError
 from .model import NodeType
+
+#: Nesting of meta (mappings and lists inside each other) allowed at most.
+MAX_META_DEPTH = 64
+
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxstring, _repr.maxother = 3, 60, 60
+
+
+def show(value: object) -> str:
+    """A short, safe repr for an error message: bounded in length and nesting."""
+    return _repr.repr(value)
+
+
+def utf8(value: str, name: str) -> str:
+    """Refuse text that UTF-8 cannot hold (lone surrogates, as from undecodable bytes)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidContentError(f"{name} is not valid Unicode text (a lone surrogate at position {exc.start})") from None
+    return value
 
 
 def content(value: object, max_chars: int) -> str:
@@ -23,7 +44,7 @@ def content(value: object, max_chars: int) -> str:
         )
     if "\x00" in value:
         raise InvalidContentError("content contains a NUL character")
-    return value
+    return utf8(value, "content")
 
 
 def node_type(value: object) -> NodeType:
@@ -35,37 +56,74 @@ def node_type(value: object) -> NodeType:
         except ValueError:
             pass
     allowed = ", ".join(t.value for t in NodeType)
-    raise InvalidTypeError(f"unknown node type {value!r}; expected one of: {allowed}")
+    raise InvalidTypeError(f"unknown node type {show(value)}; expected one of: {allowed}")
 
 
-def meta(value: object) -> dict[str, Any]:
+def meta(value: object, max_chars: int | None = None) -> dict[str, Any]:
+    """A JSON object of at most ``MAX_META_DEPTH`` levels (and ``max_chars`` characters
+    as JSON), of valid Unicode text."""
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidTypeError("meta must be a mapping with string keys")
+    _nesting(value)
     try:
         encoded = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTypeError(f"meta must be JSON-serialisable: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidTypeError(f"meta must be JSON-serialisable: {show(str(exc))}") from None
+    utf8(encoded, "meta")
+    if max_chars is not None and len(encoded) > max_chars:
+        raise InvalidContentError(
+            f"meta has {len(encoded)} characters as JSON; the limit is {max_chars} (write.max_content_chars)")
     decoded: dict[str, Any] = json.loads(encoded)
     return decoded
 
 
+def _nesting(value: object) -> None:
+    """Walk containers without recursion; refuse more than MAX_META_DEPTH levels."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    seen = 0
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_META_DEPTH:
+            raise InvalidTypeError(f"meta is nested more than {MAX_META_DEPTH} levels deep")
+        seen += 1
+        if isinstance(v, Mapping):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+
+
+def flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be true or false, got {show(value)}")
+    return value
+
+
+def text_arg(value: object, name: str) -> str:
+    """A string argument (a query, a note) of valid Unicode text without NUL."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidContentError(f"{name} contains a NUL character")
+    return utf8(value, name)
+
+
 def timestamp(value: object, name: str = "ts") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {show(value)}")
     try:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
     if not math.isfinite(seconds):
-        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {show(value)}")
     return seconds
 
 
 def positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+        raise InvalidInputError(f"{name} must be a positive integer, got {show(value)}")
     return value
 
 
@@ -75,7 +133,7 @@ def namespace(value: object, name: str = "namespace") -> str:
     if len(value) > 128:
         raise InvalidInputError(f"{name} is longer than 128 characters")
     if any(unicodedata.category(ch).startswith("C") for ch in value):
-        raise InvalidInputError(f"{name} contains control characters")
+        raise InvalidInputError(f"{name} contains control characters")  # lone surrogates are category Cs
     return value
 
 
@@ -85,5 +143,5 @@ ROLES = ("read", "write", "admin")
 
 def role(value: object) -> str:
     if value not in ROLES:
-        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {value!r}")
+        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {show(value)}")
     return str(value)

@@ -129,16 +129,19 @@ def cmd_tree(args: argparse.Namespace) -> int:
         for n in tree_order(nodes):
             children.setdefault(n.parent_id if n.parent_id in ids else None, []).append(n)
 
-        def walk(parent: str | None, prefix: str) -> None:
+        # Depth first with a stack of its own (a tree may be deeper than Python's recursion).
+        stack: list[tuple[str | None, str, int]] = [(None, "", 0)]
+        while stack:
+            parent, prefix, i = stack.pop()
             kids = children.get(parent, [])
-            for i, n in enumerate(kids):
-                last = i == len(kids) - 1
-                mark = "*" if n.id in active_path else " "
-                branch = "" if parent is None else ("└── " if last else "├── ")
-                print(f"{prefix}{branch}{mark}{_node_line(mem, n, now)}")
-                walk(n.id, prefix + ("" if parent is None else ("    " if last else "│   ")))
-
-        walk(None, "")
+            if i >= len(kids):
+                continue
+            n, last = kids[i], i == len(kids) - 1
+            mark = "*" if n.id in active_path else " "
+            branch = "" if parent is None else ("└── " if last else "├── ")
+            print(f"{prefix}{branch}{mark}{_node_line(mem, n, now)}")
+            stack.append((parent, prefix, i + 1))
+            stack.append((n.id, prefix + ("" if parent is None else ("    " if last else "│   ")), 0))
         print(f"\n* active path ({_short(active.id)})" if active else "\n(no active node)")
     return 0
 
@@ -272,6 +275,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= 1_000_000:
+        raise InvalidInputError(f"-n must be between 1 and 1000000, got {args.limit}")
     with _open(args) as mem:
         ops = recent_ops(mem, args.limit)
     if args.json:
@@ -592,6 +597,12 @@ def run_eval(argv: Sequence[str], command: str = "eval") -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for a in argv:
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:
+            print("error [invalid_input]: an argument is not valid UTF-8 text", file=sys.stderr)
+            return InvalidInputError.exit_code
     if argv[:1] in (["eval"], ["bench"]):
         return run_eval(argv[1:], argv[0])
     args = build_parser().parse_args(argv)
@@ -603,6 +614,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except json.JSONDecodeError as exc:
         print(f"error [invalid_input]: --meta is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("error [invalid_input]: an argument is nested too deeply", file=sys.stderr)
         return 2
 
 

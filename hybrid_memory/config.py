@@ -164,6 +164,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"configuration file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a readable TOML file ({type(exc).__name__})") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}") from None
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ Details worth knowing:
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import math
@@ -808,9 +809,13 @@ def _dumps(obj: Mapping[str, Any]) -> str:
 
 
 def _path_arg(path: object) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
         raise InvalidTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    return Path(path)
+    text_path = str(os.fspath(path))
+    if not text_path.strip() or "\x00" in text_path:
+        raise InvalidInputError("path must be a non-empty file path without NUL characters")
+    check.utf8(text_path, "path")
+    return Path(text_path)
 
 
 def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool = False) -> Transfer:
@@ -819,8 +824,11 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
     target = _path_arg(path)
     if not isinstance(include_log, bool):
         raise InvalidTypeError("include_log must be true or false")
-    if target.is_dir():
-        raise InvalidInputError(f"{target} is a folder; give a file path")
+    try:
+        if target.is_dir():
+            raise InvalidInputError(f"{target} is a folder; give a file path")
+    except OSError as exc:  # a name too long, a parent that is a file...
+        raise InvalidInputError(f"cannot write {target}: {exc}") from None
     mem.flush()
     store, ns = mem.store, mem.namespace
     ring = store.keyring
@@ -833,6 +841,11 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InvalidInputError(f"cannot write {target}: a part of its folder path is a file") from None
+    except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc}") from exc
+    try:
         with open(tmp, "x", encoding="utf-8", newline="\n") as fh, store.reading() as conn:
             where = nodes.c.namespace == ns
             total = int(conn.execute(select(func.count()).where(where)).scalar_one())
@@ -879,7 +892,8 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
     except OSError as exc:
         raise StorageError(f"cannot write {target}: {exc}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # nothing was made (its folder could not be)
+            tmp.unlink(missing_ok=True)
     return Transfer(str(target), counts["node"], counts["cursor"], counts["checkpoint"], counts["op"])
 
 
@@ -1130,6 +1144,8 @@ def _read_snapshot(source: Path, max_chars: int, ring: Keyring | None = None,
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise BadSnapshotError(f"not valid JSON ({exc.msg})", lineno) from None
+            except RecursionError:
+                raise BadSnapshotError("a value is nested too deeply", lineno) from None
             except ValueError as exc:
                 raise BadSnapshotError(f"not valid JSON ({exc})", lineno) from None
             if not isinstance(obj, dict):
@@ -1238,6 +1254,8 @@ def _unseal_line(obj: Mapping[str, Any], ring: Keyring | None, lineno: int) -> d
         raise BadSnapshotError("an encrypted export holds only sealed lines", lineno)
     try:
         inner = json.loads(ring.unseal(sealed, "export"))
+    except RecursionError:
+        raise BadSnapshotError("a value is nested too deeply", lineno) from None
     except StorageError as exc:
         raise BadSnapshotError(str(exc), lineno) from None
     except ValueError as exc:

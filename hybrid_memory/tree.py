@@ -208,7 +208,15 @@ class MemoryTree:
         through the handle in the audit log (the session by default).
         """
         check.namespace(namespace)  # before anything is created on disk
-        check.namespace(session)
+        check.namespace(session, "session")
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+                raise InvalidTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+            if "\x00" in os.fspath(path) or not str(os.fspath(path)).strip():
+                raise InvalidInputError("path must be a non-empty folder path without NUL characters")
+            check.utf8(str(os.fspath(path)), "path")
+        if store is not None and not isinstance(store, (str, SqlStore)):
+            raise InvalidTypeError(f"store must be a SQLAlchemy URL or a SqlStore, got {type(store).__name__}")
         role = check.role(role)
         if actor is not None:
             check.namespace(actor, "actor")
@@ -226,13 +234,18 @@ class MemoryTree:
         ring = Keyring.resolve(key, config.security.key_file or None, data_dir=folder)
         if isinstance(store, SqlStore) and ring is not None and store.keyring is not ring:
             raise InvalidInputError("give the key to SqlStore(..., keyring=...) when passing a store")
+        if isinstance(store, str):  # before the folder is made: a bad URL leaves nothing behind
+            store = SqlStore(store, keyring=ring)
         if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise InvalidInputError(f"cannot make the folder {folder}: a part of its path is a file") from None
+            except OSError as exc:
+                raise InvalidInputError(f"cannot make the folder {folder}: {exc}") from None
         if store is None:
             assert folder is not None
             store = SqlStore(f"sqlite:///{(folder / 'memory.db').resolve()}", keyring=ring)
-        elif isinstance(store, str):
-            store = SqlStore(store, keyring=ring)
         if index is None:
             assert folder is not None
             index = ChromaIndex(folder / "chroma")
@@ -313,6 +326,7 @@ class MemoryTree:
     def children(self, node: NodeRef, *, include_archived: bool = False) -> list[Node]:
         """The node's live children (and archived ones with ``include_archived``), oldest first."""
         self._live_check()
+        check.flag(include_archived, "include_archived")
         with self.store.reading() as conn:
             row = self._writer.row(conn, node)
             rows = self.store.subtree(conn, self.namespace, row.path)
@@ -333,6 +347,7 @@ class MemoryTree:
     def nodes(self, *, include_archived: bool = False) -> list[Node]:
         """Every node of the namespace in tree order (parents before children, siblings by time)."""
         self._live_check()
+        check.flag(include_archived, "include_archived")
         with self.store.reading() as conn:
             rows = self.store.live_rows(conn, self.namespace) if not include_archived else self.store.subtree_all(conn, self.namespace)
         return tree_order([node_from_row(r) for r in rows])
@@ -415,7 +430,11 @@ class MemoryTree:
         figures (numbers, dates, ids), their lexical overlap reaches ``dedup.lexical``
         and their blended similarity (the cosine trusted as far as the embedder covers
         both texts) reaches ``dedup.similarity``."""
-        return self._writer.is_twin(a, b, cosine)
+        a = check.text_arg(a, "a")
+        b = check.text_arg(b, "b")
+        if isinstance(cosine, bool) or not isinstance(cosine, (int, float)) or not -1.0 <= float(cosine) <= 1.0:
+            raise InvalidTypeError(f"cosine must be a number in [-1, 1], got {check.show(cosine)}")
+        return self._writer.is_twin(a, b, float(cosine))
 
     @_requires("write")
     def update(
@@ -443,7 +462,9 @@ class MemoryTree:
         if confidence is not None:
             values["confidence"] = check_unit(confidence, "confidence")
         if meta is not None:
-            values["meta"] = to_json(check.meta(meta))
+            values["meta"] = to_json(check.meta(meta, self.config.write.max_content_chars))
+        if expected_version is not None and (isinstance(expected_version, bool) or not isinstance(expected_version, int)):
+            raise InvalidTypeError(f"expected_version must be an integer, got {check.show(expected_version)}")
         if not values:
             raise InvalidInputError("update: nothing to change")
         now = self._now(ts)
@@ -546,8 +567,9 @@ class MemoryTree:
             new_path = f"{row.id}/" if parent is None else f"{parent.path}{row.id}/"
             lim = self.config.write
             deepest = (0 if parent is None else parent.depth + 1) + (sub[-1].depth - row.depth)
-            if deepest > lim.max_depth:
-                raise InvalidInputError(f"the move would put a node at depth {deepest}; the limit is {lim.max_depth} (write.max_depth)")
+            if deepest > self._writer.max_depth:
+                raise InvalidInputError(f"the move would put a node at depth {deepest}; "
+                                        f"the limit is {self._writer.max_depth} (write.max_depth)")
             if row.parent_id != (None if parent is None else parent.id) and self.store.child_count(
                     conn, self.namespace, None if parent is None else parent.id, lim.max_children) >= lim.max_children:
                 raise InvalidInputError(f"the new parent has {lim.max_children} children already (write.max_children)")
@@ -592,8 +614,8 @@ class MemoryTree:
     def checkpoint(self, note: str | None = None) -> Checkpoint:
         """Record where this session stands: the active node and the log position."""
         self._live_check()
-        if note is not None and not isinstance(note, str):
-            raise InvalidTypeError("note must be a string")
+        if note is not None:
+            check.text_arg(note, "note")
         now = self._clock()
 
         def run(conn: Connection) -> Checkpoint:
@@ -724,6 +746,7 @@ class MemoryTree:
         FULL). The audit trail records the erasure by id only. ``compact=False``
         leaves the compaction to a later ``hybrid-memory compact`` (erasing many
         subtrees one after another)."""
+        check.flag(compact, "compact")  # before anything is deleted
         ids = self.delete(node)
         self._unindexed += 1
         self._settle_erasure(compact)
@@ -736,6 +759,7 @@ class MemoryTree:
         store as :meth:`erase` does. The handle stays open on the now empty namespace.
         Returns how many nodes were erased."""
         self._live_check()
+        check.flag(compact, "compact")
         self._pending_access.clear()
         now = self._clock()
 
@@ -812,6 +836,8 @@ class MemoryTree:
         parent can go once its children have).
         """
         self._live_check()
+        check.flag(delete, "delete")
+        check.flag(dry_run, "dry_run")
         f = self.config.forgetting
         thr = f.threshold if threshold is None else check_unit(threshold, "threshold")
         cap = f.max_nodes if max_nodes is None else max_nodes
@@ -894,8 +920,7 @@ class MemoryTree:
         budget = r.budget_tokens if budget_tokens is None else check.positive_int(budget_tokens, "budget_tokens")
         nb = r.branches if branches is None else check.positive_int(branches, "branches")
         if query is not None:
-            if not isinstance(query, str):
-                raise InvalidTypeError("query must be a string")
+            check.text_arg(query, "query")
             if not query.strip():
                 raise InvalidInputError("query is empty; pass None for the active task's context")
         at = self._now(now)

@@ -104,11 +104,13 @@ class Writer:
         imp = item.get("importance")
         conf = item.get("confidence")
         key = item.get("key")
-        if key is not None and not isinstance(key, str):
-            raise InvalidTypeError(f"item {i}: key must be a string")
+        if key is not None:
+            check.text_arg(key, f"item {i}: key")
         parent = item.get("parent")
         if parent is not None and not isinstance(parent, (Node, str, _Root)):
             raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT or None")
+        if isinstance(parent, str) and ("\x00" in parent or len(parent) > 256 or not _is_utf8(parent)):
+            raise NotFoundError(f"item {i}: no node or earlier item {check.show(parent)}")
         pinned = item.get("pinned", False)
         if not isinstance(pinned, bool):
             raise InvalidTypeError(f"item {i}: pinned must be true or false")
@@ -120,7 +122,7 @@ class Writer:
             parent=parent,
             importance=w.importance_by_type[ntype.value] if imp is None else check_unit(imp, "importance"),
             confidence=w.confidence_by_type[ntype.value] if conf is None else check_unit(conf, "confidence"),
-            meta=check.meta(item.get("meta")),
+            meta=check.meta(item.get("meta"), self.config.write.max_content_chars),
             ts=self._clock() if ts is None else check.timestamp(ts),
             pinned=pinned,
         )
@@ -226,12 +228,20 @@ class Writer:
         row = self.store.get(conn, head)
         return head, row is not None and row.type == NodeType.TASK.value
 
+    @property
+    def max_depth(self) -> int:
+        """``write.max_depth``, and on PostgreSQL no deeper than its B-tree index rows
+        (2,704 bytes, holding the namespace and the path, 17 bytes a level) allow."""
+        if self.store.is_postgres:
+            return min(self.config.write.max_depth, (2680 - len(self.namespace.encode("utf-8"))) // 17 - 1)
+        return self.config.write.max_depth
+
     def _check_limits(self, conn: Connection, fanout: dict[str | None, int], parent_id: str | None, depth: int) -> None:
         """``write.max_depth`` and ``write.max_children``: a write past either raises
         (its transaction, the whole batch, rolls back)."""
         cfg = self.config.write
-        if depth > cfg.max_depth:
-            raise InvalidInputError(f"the new node would be at depth {depth}; the limit is {cfg.max_depth} (write.max_depth)")
+        if depth > self.max_depth:
+            raise InvalidInputError(f"the new node would be at depth {depth}; the limit is {self.max_depth} (write.max_depth)")
         if parent_id not in fanout:
             fanout[parent_id] = self.store.child_count(conn, self.namespace, parent_id, cfg.max_children)
         fanout[parent_id] += 1
@@ -318,6 +328,9 @@ class Writer:
                 raise NamespaceError(f"node {ref.id} belongs to namespace {ref.namespace!r}, not {self.namespace!r}")
             return ref.id
         if isinstance(ref, str):
+            if len(ref) > 64 or "\x00" in ref or not ref.isprintable() or not ref.isascii():
+                # No stored id looks like this (ids are short ASCII): not found, without a query.
+                raise NotFoundError(f"no node {check.show(ref)}")
             return ref
         raise InvalidTypeError(f"expected a Node or a node id, got {type(ref).__name__}")
 
@@ -457,6 +470,14 @@ def branch_info_for(node_id: str, ntype: NodeType, parent: tuple[str, bool] | No
     if parent[1]:
         return parent
     return (node_id, True) if is_task else parent
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_hash(content: str) -> str:

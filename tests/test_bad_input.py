@@ -792,3 +792,138 @@ def test_a_bad_config_file_creates_no_folder(tmp_path, embedder):
     with pytest.raises(ConfigError):
         MemoryTree.open(folder, config=bad, embedder=embedder)
     assert not folder.exists()
+
+
+# -- hostile input found by fuzzing (tests/test_fuzz.py): each was an untyped crash,
+# -- a poisoned memory or a partial write before its fix --------------------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+HOSTILE_CASES = [
+    case("add-lone-surrogate", InvalidContentError, lambda m, n: m.add("a\udc80b", type="fact", parent=n.trip)),
+    case("add-many-lone-surrogate", InvalidContentError,
+         lambda m, n: m.add_many([{"content": "fine", "type": "fact"}, {"content": "\ud800", "type": "fact"}])),
+    case("update-lone-surrogate", InvalidContentError, lambda m, n: m.update(n.hotel, content="x\udcff")),
+    case("meta-lone-surrogate", InvalidContentError,
+         lambda m, n: m.add("fine words", type="fact", parent=n.trip, meta={"v": "\udcff"})),
+    case("meta-key-lone-surrogate", InvalidContentError, lambda m, n: m.update(n.hotel, meta={"\ud800": 1})),
+    case("retrieve-lone-surrogate", InvalidContentError, lambda m, n: m.retrieve("\udcc7")),
+    case("retrieve-nul", InvalidContentError, lambda m, n: m.retrieve("a\x00b")),
+    case("get-lone-surrogate-id", NotFoundError, lambda m, n: m.get("\udcdd")),
+    case("delete-nul-id", NotFoundError, lambda m, n: m.delete("ab\x00cd")),
+    case("checkpoint-lone-surrogate", InvalidContentError, lambda m, n: m.checkpoint("\ud800")),
+    case("meta-nested-too-deep", InvalidTypeError,
+         lambda m, n: m.add("deep meta", type="fact", parent=n.trip, meta={"d": _nested(980)})),
+    case("meta-nested-far-too-deep", InvalidTypeError,
+         lambda m, n: m.update(n.hotel, meta={"d": _nested(100_000)})),
+    case("meta-over-the-content-limit", InvalidContentError,
+         lambda m, n: m.add("short", type="fact", parent=n.trip, meta={"m": "z" * 8001})),
+    case("k-deeply-nested", InvalidInputError, lambda m, n: m.retrieve("hotel", k=_nested(1000))),
+    case("now-deeply-nested", InvalidTypeError, lambda m, n: m.weight(n.hotel, now=_nested(1000))),
+    case("erase-compact-not-bool", InvalidTypeError, lambda m, n: m.erase(n.billing, compact={})),  # type: ignore[arg-type]
+    case("erase-namespace-compact-not-bool", InvalidTypeError, lambda m, n: m.erase_namespace(compact="yes")),  # type: ignore[arg-type]
+    case("forget-delete-not-bool", InvalidTypeError, lambda m, n: m.forget(max_nodes=1, delete="no")),  # type: ignore[arg-type]
+    case("forget-dry-run-not-bool", InvalidTypeError, lambda m, n: m.forget(max_nodes=1, dry_run="no")),  # type: ignore[arg-type]
+    case("nodes-include-archived-not-bool", InvalidTypeError, lambda m, n: m.nodes(include_archived="x")),  # type: ignore[arg-type]
+    case("update-version-a-string", InvalidTypeError,
+         lambda m, n: m.update(n.hotel, importance=0.5, expected_version="1")),  # type: ignore[arg-type]
+    case("is-twin-not-text", InvalidTypeError, lambda m, n: m.is_twin("a", 5, 0.5)),  # type: ignore[arg-type]
+    case("is-twin-bytes", InvalidTypeError, lambda m, n: m.is_twin("a", b"a", 0.5)),  # type: ignore[arg-type]
+    case("is-twin-cosine-a-string", InvalidTypeError, lambda m, n: m.is_twin("a", "a", "x")),  # type: ignore[arg-type]
+    case("export-under-a-file", InvalidInputError, lambda m, n: m.export(Path(__file__) / "x.jsonl")),
+    case("export-name-too-long", InvalidInputError, lambda m, n: m.export(Path(m.folder or ".") / ("x" * 300))),
+    case("export-nul-in-path", InvalidInputError, lambda m, n: m.export("a\x00b.jsonl")),
+]
+
+
+@pytest.mark.parametrize(("error", "call"), HOSTILE_CASES)
+def test_hostile_input_is_refused(world: tuple[MemoryTree, SimpleNamespace], error: type[HybridMemoryError],
+                                  call: Case) -> None:
+    mem, n = world
+    refused(mem, error, lambda: call(mem, n))
+
+
+def test_meta_at_the_nesting_limit_is_kept_and_reads_back(open_memory: Callable[..., MemoryTree]) -> None:
+    """64 levels are accepted and every later read and export works (980 levels used
+    to be accepted and then broke nodes() and export() with a RecursionError)."""
+    mem = open_memory()
+    node = mem.add("deep but allowed", type="task", meta={"d": _nested(62)})
+    assert mem.get(node.id).meta == {"d": _nested(62)}
+    assert len(mem.nodes()) == 1
+    assert mem.export(Path(mem.folder or ".") / "x.jsonl").nodes == 1  # type: ignore[operator]
+
+
+def test_open_refuses_arguments_of_the_wrong_type(tmp_path: Path, embedder: Any) -> None:
+    for path in (b"", {}, 3):
+        with pytest.raises(InvalidTypeError, match="path"):
+            MemoryTree.open(path, embedder=embedder)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="NUL"):
+        MemoryTree.open(str(tmp_path / "a\x00b"), embedder=embedder)
+    with pytest.raises(InvalidTypeError, match="store"):
+        MemoryTree.open(tmp_path / "m", store=3, embedder=embedder)  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="driver"):
+        MemoryTree.open(tmp_path / "m", store="mysql://u@h/db", embedder=embedder)
+    assert not (tmp_path / "m").exists()
+
+
+def test_import_of_a_deeply_nested_line_is_a_bad_snapshot(open_memory: Callable[..., MemoryTree], tmp_path: Path) -> None:
+    mem = open_memory()
+    mem.add("one", type="task")
+    mem.export(tmp_path / "ok.jsonl")
+    header = (tmp_path / "ok.jsonl").read_text().splitlines()[0]
+    (tmp_path / "deep.jsonl").write_text(header + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    other = open_memory(namespace="u")
+    with pytest.raises(InvalidInputError, match="nested too deeply"):
+        other.import_(tmp_path / "deep.jsonl")
+    assert other.nodes() == []
+
+
+def test_the_cli_tree_prints_a_chain_deeper_than_pythons_recursion(tmp_path: Path, embedder: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The tree printer walks with its own stack: 1,100 levels (over Python's default
+    recursion limit of 1,000) print, one line each, deepest last."""
+    from hybrid_memory.cli import main as cli
+
+    config = tmp_path / "deep.toml"
+    config.write_text("[write]\nmax_depth = 1200\n")
+    with MemoryTree.open(tmp_path / "m", config=config, embedder=embedder) as mem:
+        parent: Any = mem.add("level 0", type="task")
+        for i in range(1, 1101):
+            parent = mem.add(f"level {i}", type="event", parent=parent)
+    capsys.readouterr()
+    assert cli(["--path", str(tmp_path / "m"), "--config", str(config), "tree"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "level" in ln]
+    assert len(lines) == 1101 and "level 1100" in lines[-1]
+
+
+@pytest.mark.parametrize("argv", [
+    ["log", "-n", "99999999999999999999"],
+    ["audit", "show", "-n", "-5"],
+    ["add", "a\udc80b", "-t", "fact"],
+    ["add", "fine", "-t", "fact", "--meta", "[" * 5000],
+    ["--db-url", "mysql://u@h/db", "stats"],
+])
+def test_the_cli_refuses_hostile_arguments_with_a_documented_exit_code(
+        tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from hybrid_memory.cli import main as cli
+
+    (tmp_path / "m").mkdir()
+    code = cli(["--path", str(tmp_path / "m"), *argv])
+    err = capsys.readouterr().err
+    assert code in (2, 8) and err.startswith("error [") and "Traceback" not in err
+
+
+def test_the_cli_refuses_an_unreadable_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hybrid_memory.cli import main as cli
+
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe[write]")
+    (tmp_path / "folder.toml").mkdir()
+    for config in ("bad.toml", "folder.toml"):
+        assert cli(["--path", str(tmp_path / "m"), "--config", str(tmp_path / config), "stats"]) == 6
+        assert capsys.readouterr().err.startswith("error [config]")

@@ -306,8 +306,10 @@ class SqlStore:
                  check_keys: bool = True) -> None:
         try:
             self.engine = url if isinstance(url, Engine) else create_engine(url)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, ValueError) as exc:
             raise StorageError(f"cannot open relational store {url!r}: {exc}") from None
+        except ImportError as exc:
+            raise StorageError(f"cannot open relational store {url!r}: its driver is not installed ({exc})") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self.is_postgres = self.engine.dialect.name == "postgresql"
         if self.engine.dialect.__dict__.get("hm_keyring", keyring) is not keyring:

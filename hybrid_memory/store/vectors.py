@@ -59,7 +59,10 @@ def parse_server_url(url: str) -> tuple[str, int, bool]:
     http (Chroma's own default) and 443 for https. Paths, queries and credentials are refused."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidInputError(f"a Chroma server URL must be a non-empty string, got {url!r}")
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:
+        raise InvalidInputError(f"bad Chroma server URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise InvalidInputError(f"a Chroma server URL must start with http:// or https://, got {url!r}")
     try:
