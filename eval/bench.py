@@ -305,6 +305,57 @@ def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdi
     return out
 
 
+#: The setups the safety figures compare, each a keyring (or none) and an audit switch.
+SAFETY_SETUPS = (("plain", False, False), ("encrypted", True, False), ("encrypted + audit", True, True))
+
+
+def bench_safety(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, queries: int,
+                 progress: bool) -> dict[str, Any]:
+    """What encryption at rest and the audit trail cost: the same trace written and
+    queried plain, sealed, and sealed and audited, with every vector computed once
+    beforehand (the store's own cost, not the model's)."""
+    from hybrid_memory import Keyring, generate_key
+
+    events = generate(nodes, lang=lang, seed=seed)
+    adds = [e for e in events if e["op"] == "add"]
+    asked = [e["text"] for e in events if e["op"] == "query"][:queries]
+    vectors = CachedEmbedder(make_embedder(config.embedding))
+    vectors.embed([e["content"] for e in adds] + asked)  # fill the cache outside the clock
+    out: dict[str, Any] = {"nodes": len(adds), "queries": len(asked), "setups": {}}
+    bar = tqdm(total=len(SAFETY_SETUPS), desc=f"safety {nodes:,}", unit="setup", disable=not progress,
+               leave=False, file=sys.stderr)
+    for name, sealed, audited in SAFETY_SETUPS:
+        folder = workdir / f"safety-{nodes}-{name.replace(' ', '').replace('+', '-')}"
+        cfg = Config.load(overrides={**_as_overrides(config), "security": {"key_file": "", "audit": audited}})
+        key = Keyring([generate_key()]) if sealed else None
+        to_sys: dict[str, str] = {}
+        r: dict[str, Any] = {}
+        with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=cfg, key=key) as mem:
+            start = time.perf_counter()
+            for i in range(0, len(adds), 512):
+                chunk = adds[i : i + 512]
+                for e, node in zip(chunk, mem.add_many(_items(chunk, to_sys)), strict=True):
+                    to_sys[e["id"]] = node.id
+            r["add_many_nodes_per_s"] = round(len(adds) / (time.perf_counter() - start), 1)
+            mem.flush()
+            r["retrieve_no_embedding_ms"] = latency([timed(partial(mem.retrieve, q, k=K))[1] for q in asked])
+            _, ms = timed(lambda: mem.export(workdir / f"{folder.name}.jsonl"))  # noqa: B023
+            r["export_ms"] = round(ms, 1)
+        out["setups"][name] = r
+        bar.update()
+    bar.close()
+    return out
+
+
+def _as_overrides(config: Config) -> dict[str, Any]:
+    """A loaded configuration as nested overrides (to derive a variant of it)."""
+    from dataclasses import asdict
+
+    raw = asdict(config)
+    raw["retrieval"]["lambda"] = raw["retrieval"].pop("lambda_")
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+
+
 def _items(chunk: Sequence[dict[str, Any]], to_sys: dict[str, str]) -> list[dict[str, Any]]:
     """``add_many`` items of trace events; a parent is the memory its trace id became
     (``to_sys``) or, within the same batch, the trace id itself (an item key)."""
@@ -355,6 +406,15 @@ def table(results: dict[str, Any]) -> str:
             f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} "
             f"| {r.get('export_ms', 0) / 1000:.1f} / {r.get('import_ms', 0) / 1000:.1f} |"
         )
+    safety = results.get("safety")
+    if safety:
+        head = (f"| safety ({safety['nodes']:,} nodes, vectors cached) | add_many /s | retrieve no-embed p50/p95 ms "
+                "| export s |")
+        rows += ["", head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+        for name, r in safety["setups"].items():
+            rv = r["retrieve_no_embedding_ms"]
+            rows.append(f"| {name} | {r['add_many_nodes_per_s']:.0f} | {rv['p50']:.1f} / {rv['p95']:.1f} "
+                        f"| {r['export_ms'] / 1000:.2f} |")
     relational = results.get("relational", {})
     if relational:
         head = ("| nodes (relational only) | add_many SQL /s | open+recover ms | forget dry run ms "
@@ -424,6 +484,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--relational-sizes", default="1000000",
                    help="sizes measured on the relational paths only, with filler vectors "
                         "(default 1000000; '' for none)")
+    p.add_argument("--safety-size", type=int, default=10000,
+                   help="trace size of the encryption and audit cost figures (default 10000; 0 for none)")
     p.add_argument("--lang", choices=("en", "zh"), default="en")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--queries", type=int, default=200, help="questions timed per size (default 200)")
@@ -437,8 +499,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     except ValueError:
         p.error(f"--sizes and --relational-sizes must be comma-separated integers, "
                 f"got {args.sizes!r} and {args.relational_sizes!r}")
-    if not sizes or min(sizes + relational) < 50 or args.queries < 1:
-        p.error("every size must be at least 50 nodes and --queries at least 1")
+    if not sizes or min(sizes + relational) < 50 or args.queries < 1 or 0 < args.safety_size < 50 or args.safety_size < 0:
+        p.error("every size must be at least 50 nodes (--safety-size: or 0) and --queries at least 1")
     config = Config.load(args.config)
     results: dict[str, Any] = {"sizes": {}, "lang": args.lang, "seed": args.seed, "model": config.embedding.model,
                                "cpus": os.cpu_count()}
@@ -447,6 +509,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             results["sizes"][str(n)] = bench_size(n, lang=args.lang, seed=args.seed, config=config,
                                                   workdir=Path(work), queries=args.queries, progress=not args.quiet,
                                                   config_file=args.config)
+        if args.safety_size:
+            results["safety"] = bench_safety(args.safety_size, lang=args.lang, seed=args.seed, config=config,
+                                             workdir=Path(work), queries=args.queries, progress=not args.quiet)
         for n in relational:
             results.setdefault("relational", {})[str(n)] = bench_relational(
                 n, lang=args.lang, seed=args.seed, config=config, workdir=Path(work), progress=not args.quiet,

@@ -1221,21 +1221,25 @@ def _str(obj: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
     if v is None and optional:
         return None
     if not isinstance(v, str):
-        raise BadSnapshotError(f"{key} must be a string, got {v!r}")
+        raise BadSnapshotError(f"{key} must be a string, got {check.show(v)}")
     return v
 
 
 def _id(obj: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
     v = _str(obj, key, optional=optional)
     if v is not None and not _ID.match(v):
-        raise BadSnapshotError(f"{key} {v!r} is not a node id (1-32 letters, digits or _)")
+        raise BadSnapshotError(f"{key} {check.show(v)} is not a node id (1-32 letters, digits or _)")
     return v
 
 
 def _num(obj: Mapping[str, Any], key: str) -> float:
     v = _get(obj, key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise BadSnapshotError(f"{key} must be a finite number, got {v!r}")
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    except OverflowError:  # an integer past any float
+        ok = False
+    if not ok:
+        raise BadSnapshotError(f"{key} must be a finite number, got {check.show(v)}")
     return float(v)
 
 
@@ -1243,8 +1247,8 @@ def _int(obj: Mapping[str, Any], key: str, minimum: int, *, optional: bool = Fal
     v = obj.get(key) if optional else _get(obj, key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise BadSnapshotError(f"{key} must be an integer >= {minimum}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v < 2**63:
+        raise BadSnapshotError(f"{key} must be an integer from {minimum} to 2**63-1, got {check.show(v)}")
     return v
 
 

@@ -47,6 +47,19 @@ def test_a_relational_size_reports_every_figure(tmp_path: Path) -> None:
     assert out["disk_bytes_per_node"] > 0
 
 
+def test_the_safety_figures_cover_every_setup(tmp_path: Path) -> None:
+    out = bench.bench_safety(150, lang="zh", seed=3, config=Config.load(), workdir=tmp_path, queries=4, progress=False)
+    assert out["nodes"] == 150 and list(out["setups"]) == [name for name, _, _ in bench.SAFETY_SETUPS]
+    for r in out["setups"].values():
+        assert r["add_many_nodes_per_s"] > 0 and r["export_ms"] > 0
+        assert 0 < r["retrieve_no_embedding_ms"]["p50"] <= r["retrieve_no_embedding_ms"]["p95"]
+    # The sealed setups really sealed: their exports hold no plain line.
+    sealed = sorted(tmp_path.glob("safety-150-encrypted*.jsonl"))
+    assert len(sealed) == 2
+    for f in sealed:
+        assert all('"sealed"' in line for line in f.read_text(encoding="utf-8").splitlines()[1:])
+
+
 def test_filler_vectors_are_unit_length_and_stable() -> None:
     filler = bench.FillerEmbedder("some-model", 16)
     a = filler.embed(["报销单已提交", "the build is green", "报销单已提交"])
@@ -57,8 +70,8 @@ def test_filler_vectors_are_unit_length_and_stable() -> None:
 
 
 def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["bench", "--sizes", "120", "--relational-sizes", "150", "--queries", "3", "--quiet",
-                     "--out", str(tmp_path)]) == 0
+    assert cli_main(["bench", "--sizes", "120", "--relational-sizes", "150", "--safety-size", "0", "--queries", "3",
+                     "--quiet", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert list(results["sizes"]) == ["120"] and list(results["relational"]) == ["150"]
     table = (tmp_path / "table.md").read_text(encoding="utf-8")

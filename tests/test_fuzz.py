@@ -15,7 +15,8 @@ is set), an embedded Chroma, the bundled model. Most examples give a call valid
 arguments but one, so that each bad value reaches the check meant for it. A fuzz
 test does not stop at its first failure: it collects every distinct one (the
 exception type and the library line it came from; a refused call that changed the
-store; a call slower than ``CALL_BUDGET_S``) with the shortest call that showed it,
+store; a call that never returns ends the run with every thread's stack, after
+``KILL_AFTER_S``: tests do not time things otherwise) with the shortest call that showed it,
 and fails once at the end listing them all: shrinking through real writes would take
 minutes per bug, and one run should show every bug. Examples are derandomized (the
 same every run); ``HYBRID_MEMORY_FUZZ_RANDOM=1`` explores new ones and
@@ -33,7 +34,6 @@ import json
 import math
 import os
 import reprlib
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
@@ -64,16 +64,12 @@ from hybrid_memory.cli import main as cli_main
 
 NOW = 1_750_000_000.0
 EXAMPLES = int(os.environ.get("HYBRID_MEMORY_FUZZ_EXAMPLES", "40"))
-#: One call on a small memory slower than this is reported as a hang.
-CALL_BUDGET_S = 30.0
 #: A call still running after this is a real hang: every stack is dumped and the run ends.
 KILL_AFTER_S = 600.0
 DEEP = 10_000
 WIDE = 10_000
 #: Levels or children written per add_many while building the deep and wide trees.
 BATCH = 1_000
-#: Building the deep chain stops here if neither 10,000 levels nor a limit was reached.
-DEEP_BUDGET_S = 60.0
 
 FUZZ = settings(
     max_examples=EXAMPLES,
@@ -220,7 +216,6 @@ def probe(findings: Findings, mems: Sequence[MemoryTree], call: str, fn: Callabl
             return "skipped"
     findings.last_call = call
     faulthandler.dump_traceback_later(KILL_AFTER_S, exit=True)
-    start = time.monotonic()
     try:
         fn()
         outcome = "works"
@@ -231,9 +226,6 @@ def probe(findings: Findings, mems: Sequence[MemoryTree], call: str, fn: Callabl
         findings.crash(call, exc)
     finally:
         faulthandler.cancel_dump_traceback_later()
-    took = time.monotonic() - start
-    if took > CALL_BUDGET_S:
-        findings.add(("hang", _name(call)), Finding("hang", call, f"took {took:.1f} s"))
     if outcome != "works":
         for m, b in zip(mems, before, strict=True):
             try:
@@ -705,7 +697,7 @@ def import_call(w: World, data: st.DataObject) -> tuple[str, Callable[[], object
 @pytest.mark.parametrize("op", [*OPS, "import_"])
 def test_api_call_works_or_raises_a_typed_error_and_changes_nothing(world: World, op: str) -> None:
     """Random arguments to one public method: every call works or raises a
-    HybridMemoryError within CALL_BUDGET_S, and a refused call leaves the nodes, the
+    HybridMemoryError, and a refused call leaves the nodes, the
     log, the active node and the vector index as they were. Afterwards the memory is
     still whole: the index matches the store and it exports."""
     w = world
@@ -964,7 +956,7 @@ def cli_argv(cw: CliWorld, data: st.DataObject) -> list[str]:
 def test_cli_exits_with_a_documented_code_and_no_traceback(cli_world: CliWorld) -> None:
     """Random command lines, run in-process: each exits with a documented code (0, 1, 2
     or an error class's), nothing escapes ``main`` (it would print a traceback), stderr
-    holds no traceback, each finishes within CALL_BUDGET_S, and a command that fails
+    holds no traceback, and a command that fails
     (other than verify, repair and audit, whose exit 1 reports a finding) leaves the
     memory's rows, log and cursor as they were."""
     cw = cli_world
@@ -980,20 +972,16 @@ def test_cli_exits_with_a_documented_code_and_no_traceback(cli_world: CliWorld) 
         shown = "hybrid-memory " + " ".join(show(a.replace(tmp, "$TMP")) for a in argv[2:])
         before = store_snapshot(cw.folder)
         faulthandler.dump_traceback_later(KILL_AFTER_S, exit=True)
-        start = time.monotonic()
         try:
             code, _, err, escaped = run_cli(argv)
         finally:
             faulthandler.cancel_dump_traceback_later()
-        took = time.monotonic() - start
         if escaped is not None:
             findings.crash(shown, escaped, group="cli")  # one bug often shows under many commands
         elif code not in EXIT_CODES:
             findings.add(("exit code", command, repr(code)), Finding("exit code", shown, f"exit code {code!r}"))
         if "Traceback (most recent call last)" in err:
             findings.add(("traceback", command), Finding("traceback", shown, _clip(err, 1500)))
-        if took > CALL_BUDGET_S:
-            findings.add(("hang", command), Finding("hang", shown, f"took {took:.1f} s"))
         if code != 0 and command not in ("verify", "repair", "audit") and store_snapshot(cw.folder) != before:
             findings.add(("partial write", command), Finding("partial write", shown, f"exit {code}, but the store changed"))
         outcome = "crash" if escaped is not None else f"exit {code}"
@@ -1024,7 +1012,7 @@ def cli_on(folder: Path, namespace: str, *args: str) -> None:
 
 
 def build(mem: MemoryTree, total: int, items: Callable[[int, int, Node | None], list[dict[str, Any]]],
-          allowed: int, findings: Findings, budget_s: float | None = None) -> tuple[list[Node], bool]:
+          allowed: int, findings: Findings) -> tuple[list[Node], bool]:
     """Write ``total`` nodes in batches of BATCH (``items(lo, hi, last node so far)``).
     A refused batch must be refused with an InvalidInputError, only when it passes the
     configured limit (``allowed`` nodes fit under it), and leave the memory unchanged;
@@ -1032,7 +1020,6 @@ def build(mem: MemoryTree, total: int, items: Callable[[int, int, Node | None], 
     goes otherwise is recorded in ``findings``. Returns the nodes written and whether
     the limit stopped them."""
     made: list[Node] = []
-    deadline = None if budget_s is None else time.monotonic() + budget_s
 
     def refusal(what: str, lo: int, hi: int, exc: BaseException | None, before: tuple[int, ...]) -> bool:
         """Record what is wrong with a refusal of nodes lo..hi-1; True when it is right."""
@@ -1063,8 +1050,6 @@ def build(mem: MemoryTree, total: int, items: Callable[[int, int, Node | None], 
             except HybridMemoryError as exc:
                 error = exc
             return made, refusal("one past the limit", len(made), len(made) + 1, error, before)
-        if deadline is not None and time.monotonic() > deadline:
-            break
     return made, False
 
 
@@ -1075,21 +1060,19 @@ def _expect(ok: bool) -> None:
 def test_a_chain_of_ten_thousand_levels_works_or_stops_at_max_depth(open_memory: Any, stores: Any, tmp_path: Path) -> None:
     """A chain of 10,000 levels written with add_many either is written whole or stops
     with an InvalidInputError exactly at ``write.max_depth`` (the levels up to it are
-    accepted; nothing of a refused batch is written), within DEEP_BUDGET_S. Then on the
+    accepted; nothing of a refused batch is written). Then on the
     deepest node get, path, children, retrieve, focus, recover, stats, nodes, forget,
     move, archive and restore, export and import, delete and the command line's tree,
     log and stats all work: nothing recurses once per level."""
     mem = open_memory(namespace="t")
     limit = mem.config.write.max_depth
-    start = time.monotonic()
 
     def chain(lo: int, hi: int, parent: Node | None) -> list[dict[str, Any]]:
         return [{"key": f"k{i}", "content": f"level {i}", "type": "task" if i == 0 else "fact",
                  "parent": (ROOT if parent is None else parent) if i == lo else f"k{i - 1}"} for i in range(lo, hi)]
 
     findings = Findings()
-    made, stopped = build(mem, DEEP, chain, limit + 1, findings, DEEP_BUDGET_S)  # depths 0..limit
-    took = time.monotonic() - start
+    made, stopped = build(mem, DEEP, chain, limit + 1, findings)  # depths 0..limit
     if len(made) < 2:
         findings.check()
         pytest.fail("not even one batch of the chain was written")
@@ -1122,7 +1105,7 @@ def test_a_chain_of_ten_thousand_levels_works_or_stops_at_max_depth(open_memory:
     check("delete", lambda: _expect(len(mem.delete(made[0])) == len(made)))
     check("verify", lambda: _expect(mem.verify().clean))
     if len(made) < DEEP and not stopped:
-        findings.add(("depth",), Finding("stopped short", f"{len(made)} levels in {took:.0f} s",
+        findings.add(("depth",), Finding("stopped short", f"{len(made)} levels",
                                          f"neither {DEEP} levels nor write.max_depth = {limit} was reached"))
     findings.check()
 
