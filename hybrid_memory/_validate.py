@@ -21,7 +21,12 @@ _repr.maxlevel, _repr.maxstring, _repr.maxother = 3, 60, 60
 
 def show(value: object) -> str:
     """A short, safe repr for an error message: bounded in length and nesting."""
-    return _repr.repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        return _repr.repr(value)
+    except Exception:  # a value whose own repr fails
+        return f"a {type(value).__name__}"
 
 
 def utf8(value: str, name: str) -> str:

@@ -654,7 +654,7 @@ def time_travel(mem: MemoryTree, *, seq: int | None = None, as_of: float | None 
     if (seq is None) == (as_of is None):
         raise InvalidInputError("time travel: give exactly one of seq or as_of")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
-        raise InvalidTypeError(f"seq must be an integer log position, got {seq!r}")
+        raise InvalidTypeError(f"seq must be an integer log position, got {check.show(seq)}")
     if seq is not None and seq < 0:
         raise InvalidInputError(f"seq must be >= 0, got {seq}")
     at = None if as_of is None else check.timestamp(as_of, "as_of")
@@ -1184,7 +1184,7 @@ def _read_snapshot(source: Path, max_chars: int, ring: Keyring | None = None,
                     last_seq = o["seq"]
                     snap.ops.append(o)
                 else:
-                    raise BadSnapshotError(f"unknown kind {kind!r} (expected node, cursor, checkpoint or op)")
+                    raise BadSnapshotError(f"unknown kind {check.show(kind)} (expected node, cursor, checkpoint or op)")
             except BadSnapshotError as exc:
                 if exc.line is None:
                     raise BadSnapshotError(str(exc), lineno) from None
@@ -1203,10 +1203,10 @@ def _check_header(obj: Mapping[str, Any], lineno: int) -> dict[str, Any]:
     if obj.get("format") != FORMAT:
         raise BadSnapshotError(f"not a hybrid-memory export (the first line must be a header with format {FORMAT!r})", lineno)
     if obj.get("version") != VERSION:
-        raise BadSnapshotError(f"unsupported export version {obj.get('version')!r} (this library reads {VERSION})", lineno)
+        raise BadSnapshotError(f"unsupported export version {check.show(obj.get('version'))} (this library reads {VERSION})", lineno)
     dim = obj.get("dim")
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-        raise BadSnapshotError(f"header dim must be a positive integer or null, got {dim!r}", lineno)
+        raise BadSnapshotError(f"header dim must be a positive integer or null, got {check.show(dim)}", lineno)
     return dict(obj)
 
 
@@ -1282,10 +1282,10 @@ def _check_node(
     content = check.content(_get(obj, "content"), max_chars)
     meta = _get(obj, "meta")
     if not isinstance(meta, dict):
-        raise BadSnapshotError(f"meta must be a JSON object, got {meta!r}")
+        raise BadSnapshotError(f"meta must be a JSON object, got {check.show(meta)}")
     pinned = _get(obj, "pinned")
     if not isinstance(pinned, bool):
-        raise BadSnapshotError(f"pinned must be true or false, got {pinned!r}")
+        raise BadSnapshotError(f"pinned must be true or false, got {check.show(pinned)}")
     node = {
         "id": node_id,
         "parent_id": _id(obj, "parent_id", optional=True),
@@ -1352,7 +1352,7 @@ def _check_checkpoint(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _check_op(obj: Mapping[str, Any]) -> dict[str, Any]:
     op = _str(obj, "op")
     if not op or len(op) > 16:
-        raise BadSnapshotError(f"op must be a name of 1-16 characters, got {op!r}")
+        raise BadSnapshotError(f"op must be a name of 1-16 characters, got {check.show(op)}")
     payload = _get(obj, "payload")
     if not isinstance(payload, dict):
         raise BadSnapshotError("payload must be a JSON object")

@@ -127,9 +127,16 @@ def _key_chunks(store: SqlStore, key: object) -> Iterator[list[object]]:
         last = chunk[-1]
 
 
+def _locked(store: SqlStore, q: Any) -> Any:
+    """``q`` with FOR UPDATE on PostgreSQL (SQLite's writers are serialised already)."""
+    return q if store.is_sqlite else q.with_for_update()
+
+
 def _reseal_nodes(store: SqlStore, conn: Connection, ids: list[object]) -> None:
-    rows = conn.execute(select(nodes.c.id, nodes.c.namespace, nodes.c.content, nodes.c.meta)
-                        .where(nodes.c.id.in_(ids))).all()
+    # Locked while resealed (PostgreSQL): a concurrent update or erasure of one of
+    # these rows waits, and is not overwritten with what this read.
+    rows = conn.execute(_locked(store, select(nodes.c.id, nodes.c.namespace, nodes.c.content, nodes.c.meta)
+                                .where(nodes.c.id.in_(ids)))).all()
     indexed = set(conn.execute(select(terms.c.node_id).where(terms.c.node_id.in_(ids)).distinct()).scalars())
     store.unindex_terms(conn, [r.id for r in rows if r.id in indexed])
     for r in rows:
@@ -141,14 +148,16 @@ def _reseal_nodes(store: SqlStore, conn: Connection, ids: list[object]) -> None:
 
 
 def _reseal_log(store: SqlStore, conn: Connection, seqs: list[object]) -> None:
-    for seq, payload in conn.execute(select(oplog.c.seq, oplog.c.payload).where(oplog.c.seq.in_(seqs))).all():
+    for seq, payload in conn.execute(_locked(store, select(oplog.c.seq, oplog.c.payload)
+                                             .where(oplog.c.seq.in_(seqs)))).all():
         if payload == "<unreadable sealed payload>":
             payload = '{"corrupt": true}'
         conn.execute(update(oplog).where(oplog.c.seq == seq).values(payload=payload))
 
 
 def _reseal_checkpoints(store: SqlStore, conn: Connection, ids: list[object]) -> None:
-    for cid, note in conn.execute(select(checkpoints.c.id, checkpoints.c.note).where(checkpoints.c.id.in_(ids))).all():
+    for cid, note in conn.execute(_locked(store, select(checkpoints.c.id, checkpoints.c.note)
+                                          .where(checkpoints.c.id.in_(ids)))).all():
         if note is not None:
             conn.execute(update(checkpoints).where(checkpoints.c.id == cid).values(note=note))
 

@@ -432,7 +432,11 @@ class MemoryTree:
         both texts) reaches ``dedup.similarity``."""
         a = check.text_arg(a, "a")
         b = check.text_arg(b, "b")
-        if isinstance(cosine, bool) or not isinstance(cosine, (int, float)) or not -1.0 <= float(cosine) <= 1.0:
+        try:
+            ok = not isinstance(cosine, bool) and isinstance(cosine, (int, float)) and -1.0 <= float(cosine) <= 1.0
+        except OverflowError:
+            ok = False
+        if not ok:
             raise InvalidTypeError(f"cosine must be a number in [-1, 1], got {check.show(cosine)}")
         return self._writer.is_twin(a, b, float(cosine))
 

@@ -107,6 +107,9 @@ def test_no_plain_text_of_a_secret_reaches_any_file(tmp_path: Path, embedder: Se
         _fill(mem)
         mem.export(tmp_path / "enc.jsonl", include_log=True)
         mem.retrieve("passport number", k=3)
+        # While it is open, the WAL holds the latest pages: nothing plain there either.
+        assert (folder / "memory.db-wal").stat().st_size > 0
+        assert _leaks(list(_files(folder)), [*SECRETS, NOTE]) == []
     with _open(plain_folder, embedder, clock) as mem:
         _fill(mem)
         mem.export(tmp_path / "plain.jsonl", include_log=True)
@@ -595,3 +598,47 @@ def test_time_travel_and_an_altered_log_entry_in_an_encrypted_memory(
         assert last in mem.verify().corrupt_log
         assert mem.get(ids["s1"]).content == SECRETS[1]
     assert _leaks(list(_files(tmp_path / "m")), [*SECRETS, "rewritten Wombatfield"]) == []
+
+
+def test_rotation_runs_while_another_handle_writes(tmp_path: Path, embedder: SentenceTransformerEmbedder,
+                                                  clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rotate_key in small transactions in one thread while a handle holding both keys
+    adds memories in another: nothing is lost, everything ends under the new key."""
+    import threading
+
+    from hybrid_memory import safety
+
+    monkeypatch.setattr(safety, "_CHUNK", 7)
+    a, b = generate_key(), generate_key()
+    folder = tmp_path / "m"
+    with _open(folder, embedder, clock, key=Keyring([a])) as mem:
+        task = mem.add("Rotation drill", type="task")
+        mem.add_many([{"content": f"old memory {i} about Quokkaville", "type": "fact", "parent": task.id}
+                      for i in range(60)])
+    store = SqlStore(f"sqlite:///{folder / 'memory.db'}", keyring=Keyring([b, a]), check_keys=False)
+    errors: list[BaseException] = []
+
+    def rotate() -> None:
+        try:
+            safety.rotate_key(store)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    written = []
+    with _open(folder, embedder, clock, key=Keyring([b, a])) as mem:
+        worker = threading.Thread(target=rotate)
+        worker.start()
+        while worker.is_alive() or len(written) < 5:
+            written.append(mem.add(f"new memory {len(written)} about Wombatfield", type="fact", parent=task.id).id)
+        worker.join()
+    store.close()
+    assert errors == []
+    with _open(folder, embedder, clock, key=Keyring([b])) as mem:
+        contents = {n.content for n in mem.nodes()}
+        assert {f"old memory {i} about Quokkaville" for i in range(60)} <= contents
+        assert all(mem.get(i).content.startswith("new memory") for i in written)
+    check = SqlStore(f"sqlite:///{folder / 'memory.db'}", keyring=Keyring([b]))
+    try:
+        assert all(n == total for n, total in sealed_share(check).values())
+    finally:
+        check.close()

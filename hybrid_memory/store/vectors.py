@@ -58,7 +58,7 @@ def parse_server_url(url: str) -> tuple[str, int, bool]:
     """``http(s)://host[:port]`` -> (host, port, ssl). The port defaults to 8000 for
     http (Chroma's own default) and 443 for https. Paths, queries and credentials are refused."""
     if not isinstance(url, str) or not url.strip():
-        raise InvalidInputError(f"a Chroma server URL must be a non-empty string, got {url!r}")
+        raise InvalidInputError(f"a Chroma server URL must be a non-empty string, got {type(url).__name__}")
     try:
         parts = urlsplit(url.strip())
     except ValueError as exc:
