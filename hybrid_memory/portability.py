@@ -818,6 +818,16 @@ def _path_arg(path: object) -> Path:
     return Path(text_path)
 
 
+def _not_the_memorys_own(mem: MemoryTree, target: Path) -> None:
+    """Refuse to write over the memory's own files: its database (and WAL) or its index."""
+    where = target.resolve()
+    db = mem.store.file
+    own = [] if db is None else [db.resolve().with_name(db.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    chroma = None if mem.folder is None else (mem.folder / "chroma").resolve()
+    if where in own or (chroma is not None and (where == chroma or chroma in where.parents)):
+        raise InvalidInputError(f"{target} is one of the memory's own files; export elsewhere")
+
+
 def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool = False) -> Transfer:
     """Write ``mem``'s namespace to ``path`` as JSON Lines (atomically: a temporary
     file renamed over it). One read transaction: the file is a consistent snapshot."""
@@ -827,6 +837,7 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
     try:
         if target.is_dir():
             raise InvalidInputError(f"{target} is a folder; give a file path")
+        _not_the_memorys_own(mem, target)
     except OSError as exc:  # a name too long, a parent that is a file...
         raise InvalidInputError(f"cannot write {target}: {exc}") from None
     mem.flush()

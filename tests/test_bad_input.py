@@ -927,3 +927,18 @@ def test_the_cli_refuses_an_unreadable_config(tmp_path: Path, capsys: pytest.Cap
     for config in ("bad.toml", "folder.toml"):
         assert cli(["--path", str(tmp_path / "m"), "--config", str(tmp_path / config), "stats"]) == 6
         assert capsys.readouterr().err.startswith("error [config]")
+
+
+def test_an_export_never_overwrites_the_memorys_own_files(open_memory: Callable[..., MemoryTree],
+                                                          stores: Any) -> None:
+    """Found by fuzzing the CLI: `export memory.db` replaced the database with the export."""
+    mem = open_memory()
+    mem.add("still here", type="task")
+    folder = Path(mem.folder)  # type: ignore[arg-type]
+    targets = [folder / "chroma" / "x.jsonl"]
+    if stores.is_sqlite:
+        targets += [folder / "memory.db", folder / "memory.db-wal"]
+    for target in targets:
+        with pytest.raises(InvalidInputError, match="own files"):
+            mem.export(target)
+    assert [n.content for n in mem.nodes()] == ["still here"]
