@@ -510,7 +510,26 @@ def cmd_apikey(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp_server import main as mcp_main
+    except ImportError as exc:
+        raise ConfigError(f"the MCP server needs its extra: pip install 'hybrid-memory[mcp]' ({exc})") from None
+    argv = ["--path", args.path, "--namespace", args.namespace, "--session", args.session, "--role", args.role]
+    for flag, value in (("--config", args.config), ("--model", args.model), ("--db-url", args.db_url),
+                        ("--chroma-url", args.chroma_url), ("--key-file", args.key_file)):
+        if value:
+            argv += [flag, str(value)]
+    return mcp_main(argv)
+
+
 def _add_service_commands(sub: Any) -> None:
+    mc = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio",
+                        description="An MCP server over stdio (pip install 'hybrid-memory[mcp]'): tools remember, "
+                                    "recall, focus, feedback, forget, checkpoint, recover, stats.")
+    mc.add_argument("--role", choices=("read", "write", "admin"), default="write",
+                    help="what the client may do (default write)")
+    mc.set_defaults(func=cmd_mcp)
     sv = sub.add_parser("serve", help="run the HTTP service (and the tree inspector page)",
                         description="Serve the memory over HTTP (FastAPI; pip install 'hybrid-memory[server]'): "
                                     "the /v1 API, OpenAPI at /docs, metrics at /metrics, the tree inspector at /.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -432,12 +433,12 @@ class MemoryTree:
         both texts) reaches ``dedup.similarity``."""
         a = check.text_arg(a, "a")
         b = check.text_arg(b, "b")
-        try:
-            ok = not isinstance(cosine, bool) and isinstance(cosine, (int, float)) and -1.0 <= float(cosine) <= 1.0
+        try:  # a cosine a hair past 1 (float rounding) is a cosine
+            ok = not isinstance(cosine, bool) and isinstance(cosine, (int, float)) and math.isfinite(float(cosine))
         except OverflowError:
             ok = False
         if not ok:
-            raise InvalidTypeError(f"cosine must be a number in [-1, 1], got {check.show(cosine)}")
+            raise InvalidTypeError(f"cosine must be a finite number, got {check.show(cosine)}")
         return self._writer.is_twin(a, b, float(cosine))
 
     @_requires("write")
