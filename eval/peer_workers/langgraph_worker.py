@@ -70,7 +70,7 @@ def run(workload: dict[str, Any], *, progress: bool) -> dict[str, Any]:
         return [list(map(float, v)) for v in vectors]
 
     embed(["warm up"])
-    index = {"dims": 384, "embed": embed, "fields": ["content"]}
+    index: Any = {"dims": 384, "embed": embed, "fields": ["content"]}  # an IndexConfig
     setup_s = time.perf_counter() - started
 
     memories, questions = workload["memories"], workload["questions"]
