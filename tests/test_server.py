@@ -345,3 +345,31 @@ def test_the_apikey_command_and_serve_without_keys(tmp_path: Path, capsys: pytes
     assert cli(["--path", str(folder), "apikey", "revoke", entry.id]) == 0
     assert KeyFile(folder / "api-keys.json").lookup(key) is None
     assert cli(["--path", str(folder), "apikey", "revoke", entry.id]) == 2
+
+
+def test_structured_logs_of_retrievals_and_weight_changes_can_be_turned_on(
+        tmp_path: Path, embedder: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """With ``log_json`` each retrieval (ids, tokens, time) and each weight change is one
+    JSON line on the ``hybrid_memory.service`` logger; without it, none."""
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    for on in (False, True):
+        keys = KeyFile(tmp_path / f"keys-{on}.json")
+        k = keys.add("erin", "write")
+        app = create_app(keys=keys, path=tmp_path / f"mem-{on}", embedder=embedder, log_json=on)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="hybrid_memory.service"), TestClient(app) as c:
+            h = {"X-API-Key": k}
+            node = c.post("/v1/erin/nodes", headers=h, json={"content": "Erin prefers window seats", "type": "task"})
+            c.post(f"/v1/erin/nodes/{node.json()['id']}/feedback", headers=h, json={"important": True})
+            c.post("/v1/erin/retrieve", headers=h, json={"query": "seat preference"})
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "hybrid_memory.service"]
+        if not on:
+            assert lines == []
+            continue
+        events = {line["event"]: line for line in lines}
+        assert set(events) == {"weights", "retrieve"}
+        assert events["weights"]["id"] == node.json()["id"] and events["weights"]["importance"] > 0.8
+        assert events["retrieve"]["ids"] and events["retrieve"]["ms"] > 0
