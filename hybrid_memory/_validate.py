@@ -29,12 +29,20 @@ def show(value: object) -> str:
         return f"a {type(value).__name__}"
 
 
-def utf8(value: str, name: str) -> str:
-    """Refuse text that UTF-8 cannot hold (lone surrogates, as from undecodable bytes)."""
+def is_utf8(value: str) -> bool:
+    """Whether UTF-8 can hold the text (lone surrogates, as from undecodable bytes, it cannot)."""
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidContentError(f"{name} is not valid Unicode text (a lone surrogate at position {exc.start})") from None
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8(value: str, name: str) -> str:
+    """Refuse text that UTF-8 cannot hold."""
+    if not is_utf8(value):
+        at = next(i for i, ch in enumerate(value) if "\ud800" <= ch <= "\udfff")
+        raise InvalidContentError(f"{name} is not valid Unicode text (a lone surrogate at position {at})")
     return value
 
 

@@ -832,8 +832,7 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
     """Write ``mem``'s namespace to ``path`` as JSON Lines (atomically: a temporary
     file renamed over it). One read transaction: the file is a consistent snapshot."""
     target = _path_arg(path)
-    if not isinstance(include_log, bool):
-        raise InvalidTypeError("include_log must be true or false")
+    check.flag(include_log, "include_log")
     try:
         if target.is_dir():
             raise InvalidInputError(f"{target} is a folder; give a file path")

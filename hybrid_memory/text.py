@@ -7,6 +7,7 @@ itself). This is what makes Chinese retrievable even with an English embedder.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
@@ -83,6 +84,12 @@ def aggregate_question(text: str) -> bool:
     """Whether ``text`` asks to count, total, order or compare (English or Chinese):
     its answer likely gathers memories from more than one branch."""
     return any(p.search(text) for p in _AGGREGATE)
+
+
+def content_hash(content: str) -> str:
+    """SHA-256 of the whitespace-normalised content: what finds an exact twin (the store
+    keys it with its keyring when it has one)."""
+    return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
 
 
 def count_tokens(text: str) -> int:

@@ -753,7 +753,6 @@ class MemoryTree:
         subtrees one after another)."""
         check.flag(compact, "compact")  # before anything is deleted
         ids = self.delete(node)
-        self._unindexed += 1
         self._settle_erasure(compact)
         return ids
 
@@ -776,7 +775,6 @@ class MemoryTree:
             return len(ids)
 
         n = self.store.write(run)
-        self._unindexed += 1  # the vectors' deletes wait in the outbox: apply them now
         self._settle_erasure(compact)
         drop = getattr(self._index, "drop", None)
         if callable(drop):
@@ -787,7 +785,7 @@ class MemoryTree:
         if not isinstance(compact, bool):
             raise InvalidTypeError("compact must be true or false")
         self._flush_reads()
-        self._apply_index_work()
+        self._apply_index_work(force=True)  # the vectors' deletes: now, not with the next batch
         if compact:
             safety.compact(self.store)
 
@@ -918,8 +916,7 @@ class MemoryTree:
         ``reinforce=False`` looks without counting as a use: the weights stay as they are.
         """
         self._live_check()
-        if not isinstance(reinforce, bool):
-            raise InvalidTypeError("reinforce must be true or false")
+        check.flag(reinforce, "reinforce")
         r = self.config.retrieval
         k = r.k if k is None else check.positive_int(k, "k")
         budget = r.budget_tokens if budget_tokens is None else check.positive_int(budget_tokens, "budget_tokens")
@@ -964,11 +961,11 @@ class MemoryTree:
         if self._unindexed >= self.config.write.index_batch:
             self._apply_index_work()
 
-    def _apply_index_work(self) -> None:
+    def _apply_index_work(self, *, force: bool = False) -> None:
         """When this handle has index writes waiting for their batch, apply every index
         write waiting in the outbox (with any other's). Work left there by a failed
         index write waits for the next batch or open, as before."""
-        if self._unindexed:
+        if self._unindexed or force:
             self._unindexed = 0
             drain_outbox(self.store, self._index, self.namespace, self._fault)
 

@@ -3,7 +3,6 @@ finding twins to reinforce instead, and the row lookups every mutation shares.""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
@@ -109,7 +108,7 @@ class Writer:
         parent = item.get("parent")
         if parent is not None and not isinstance(parent, (Node, str, _Root)):
             raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT or None")
-        if isinstance(parent, str) and ("\x00" in parent or len(parent) > 256 or not _is_utf8(parent)):
+        if isinstance(parent, str) and ("\x00" in parent or len(parent) > 256 or not check.is_utf8(parent)):
             raise NotFoundError(f"item {i}: no node or earlier item {check.show(parent)}")
         pinned = item.get("pinned", False)
         if not isinstance(pinned, bool):
@@ -472,16 +471,7 @@ def branch_info_for(node_id: str, ntype: NodeType, parent: tuple[str, bool] | No
     return (node_id, True) if is_task else parent
 
 
-def _is_utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def content_hash(content: str) -> str:
-    return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
+content_hash = text.content_hash
 
 
 def to_json(value: Mapping[str, Any]) -> str:

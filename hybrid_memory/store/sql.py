@@ -51,6 +51,7 @@ from sqlalchemy.types import TypeDecorator
 from ..crypto import KEY_ENV, KEY_FILE_ENV, Keyring, missing_keys
 from ..errors import EncryptionKeyError, StorageError
 from ..model import Checkpoint, Node, NodeType, Status
+from ..text import content_hash as text_content_hash
 
 T = TypeVar("T")
 SCHEMA_VERSION = "1"
@@ -411,7 +412,7 @@ class SqlStore:
         against guessed contents)."""
         if self.keyring is not None:
             return self.keyring.content_hash(content)
-        return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
+        return text_content_hash(content)
 
     def content_hashes(self, content: str) -> list[str]:
         """The content's hash under every key of the keyring (one while no rotation runs)."""
