@@ -92,6 +92,10 @@ class ScoredNode:
 
 @dataclass(frozen=True)
 class BranchScore:
+    """A branch a retrieval opened: its score and how many of its own memories it
+    counted as hits (the first stage's candidates for a query; the top memories of
+    the active context, leaving out those of subtasks that head branches of their own)."""
+
     branch_id: str
     score: float
     hits: int

@@ -244,7 +244,8 @@ class Retriever:
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
             nodes, context, tokens, dropped = self._assemble(conn, None, picked, scored, budget, now)
-        branch = BranchScore(anchor.id, 1.0, len(top), _clip(anchor.content))
+        # (the subtree may hold subtasks heading branches of their own: not counted)
+        branch = BranchScore(anchor.id, 1.0, sum(s.node.branch_id == anchor.id for s in top), _clip(anchor.content))
         return Recall(None, nodes, context, tokens, (branch,), budget, dropped)
 
     # -- shared: ancestors, budget, rendering -----------------------------------------

@@ -417,10 +417,9 @@ class MemoryTree:
         if len(keys) != len(set(keys)):
             raise InvalidInputError("add_many: item keys must be unique")
         vectors = self.embedder.embed([p.content for p in prepared])
-        neighbours = self._writer.dedup_candidates(vectors) if self.config.dedup.enabled else [[] for _ in prepared]
 
         def run(conn: Connection) -> list[Node]:
-            return self._writer.write_batch(conn, prepared, vectors, neighbours)
+            return self._writer.write_batch(conn, prepared, vectors)
 
         result = self._write_flushing(run)
         self._drain(sum(not n.merged for n in result))  # a merge writes no vector

@@ -3,9 +3,12 @@ finding twins to reinforce instead, and the row lookups every mutation shares.""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import secrets
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -127,7 +130,8 @@ class Writer:
         )
 
     def dedup_candidates(self, vectors: np.ndarray[Any, Any]) -> list[list[tuple[str, float]]]:
-        # Nearest neighbours from the whole namespace (an unfiltered query is fast);
+        # Nearest neighbours from the whole namespace (an unfiltered query is fast), for
+        # items whose branch holds too many memories of their type to score here;
         # branch and type are checked against the relational truth inside the write.
         n = self.config.dedup.candidates
         try:
@@ -136,34 +140,36 @@ class Writer:
             log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
             return [[] for _ in range(len(vectors))]
 
-    def write_batch(
-        self,
-        conn: Connection,
-        prepared: Sequence[Prepared],
-        vectors: np.ndarray[Any, Any],
-        neighbours: Sequence[Sequence[tuple[str, float]]],
-    ) -> list[Node]:
+    def write_batch(self, conn: Connection, prepared: Sequence[Prepared], vectors: np.ndarray[Any, Any]) -> list[Node]:
         """Write ``prepared`` in ``conn``'s transaction: each item becomes a new node or
         reinforces its twin. Statements are gathered per kind and written together
         (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
         be one of them, and its merge is logged after them)."""
         ns, cfg = self.namespace, self.config
         active_id = self.store.get_cursor(conn, ns, self.session)
-        seen = _Seen(self, conn, prepared, neighbours, active_id)
+        seen = _Seen(self, conn, prepared, active_id)
+        index_near: list[list[tuple[str, float]]] = []
+
+        def from_index(i: int) -> list[tuple[str, float]]:
+            # (asked once for the whole batch, the first time an item needs it)
+            if not index_near:
+                index_near.extend(self.dedup_candidates(vectors))
+            return index_near[i]
+
         pending = _Pending(self, conn)
         by_key: dict[str, RowMap] = {}
+        all_counts = [text.term_counts(p.content) for p in prepared]
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
-        written: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        written = _Earlier([set(c) for c in all_counts], cfg.dedup.lexical)
         fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
         out: list[Node] = []
-        for p, vec, near in zip(prepared, vectors, neighbours, strict=True):
+        for at, (p, vec, counts) in enumerate(zip(prepared, vectors, all_counts, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
-            counts = text.term_counts(p.content)
             twin = None
-            if cfg.dedup.enabled and parent_row is not None:
+            if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 branch = seen.branch_info(parent_row)[0]
-                earlier = written.get((branch, p.type.value), [])
-                twin = self._find_twin(seen, p, vec, set(counts), near, branch, earlier)
+                earlier = written.candidates((branch, p.type.value), set(counts))
+                twin = self._find_twin(seen, p, vec, set(counts), branch, earlier, functools.partial(from_index, at))
             if twin is not None:
                 pending.flush()
                 node = self._reinforce(conn, twin, p)
@@ -196,7 +202,8 @@ class Writer:
             if focus:
                 active_id = node_id
             self.fault("add_many_item")
-            written.setdefault((branch, p.type.value), []).append(dict(row, embedding_vec=vec, term_set=set(counts)))
+            if cfg.dedup.enabled:
+                written.add((branch, p.type.value), dict(row, embedding_vec=vec, term_set=set(counts)))
             if p.key is not None:
                 by_key[p.key] = row
             out.append(node_from_row(row))
@@ -254,12 +261,11 @@ class Writer:
         p: Prepared,
         vec: np.ndarray[Any, Any],
         term_set: set[str],
-        near: Sequence[tuple[str, float]],
         branch: str,
         earlier: Sequence[RowMap],
+        from_index: Callable[[], Sequence[tuple[str, float]]],
     ) -> RowMap | None:
-        if p.type is NodeType.TASK:
-            return None  # a task heads its own branch; two tasks are never twins
+        # (a task heads its own branch; two tasks are never twins: not asked)
         for h in self.store.content_hashes(p.content):
             for r in seen.by_hash.get(h, ()):
                 if r["branch_id"] == branch and r["type"] == p.type.value:
@@ -270,10 +276,8 @@ class Writer:
                 row["content"], p.content, float(np.dot(row["embedding_vec"], vec))
             ):
                 return row  # _reinforce reads its latest version
-        for node_id, cosine in near:
-            other = seen.near.get(node_id)
-            if (other is not None and other["branch_id"] == branch and other["type"] == p.type.value
-                    and self.is_twin(other["content"], p.content, cosine)):
+        for other, cosine in seen.nearest(branch, p.type.value, vec, from_index):
+            if self.is_twin(other["content"], p.content, cosine):
                 return other
         return None
 
@@ -345,21 +349,28 @@ class Writer:
         return row
 
 
+#: A branch holding at most this many live memories of a type is scored whole for a
+#: new memory's twin (one read of their ids and embeddings); a larger one asks the
+#: vector index for the nearest neighbours instead.
+SCAN_LIMIT: Final = 2048
+
+
 class _Seen:
     """What one batch reads, each thing once: the rows its items name as parents, the
-    dedup neighbours and exact-content matches of all items, branch heads, and the
-    rows the batch itself writes. On SQLite (writers serialised) the parents and
-    neighbours come in one query each; elsewhere each parent is locked with its
-    ancestors (``SqlStore.lock_path``) the first time an item names it, so every
-    row kept here is locked or written by this batch."""
+    exact-content matches of all items, the embeddings of each (branch, type) a twin
+    is looked for in, dedup's nearest rows, branch heads, and the rows the batch
+    itself writes. On SQLite (writers serialised) the parents come in one query;
+    elsewhere each parent is locked with its ancestors (``SqlStore.lock_path``) the
+    first time an item names it, so every row kept here is locked or written by this
+    batch."""
 
-    def __init__(self, writer: Writer, conn: Connection, prepared: Sequence[Prepared],
-                 neighbours: Sequence[Sequence[tuple[str, float]]], active_id: str | None) -> None:
+    def __init__(self, writer: Writer, conn: Connection, prepared: Sequence[Prepared], active_id: str | None) -> None:
         self._writer, self._conn, self._store = writer, conn, writer.store
         #: Rows by id: parents read so far and the rows this batch wrote.
         self.rows: dict[str, RowMap] = {}
         self._heads: dict[str, bool] = {}
-        self.near: dict[str, RowMap] = {}
+        self._near: dict[str, RowMap | None] = {}  # dedup's candidate rows (None: not live)
+        self._groups: dict[tuple[str, str], tuple[list[str], np.ndarray[Any, Any]] | None] = {}
         self.by_hash: dict[str, list[RowMap]] = {}
         named = {p.parent.id if isinstance(p.parent, Node) else p.parent
                  for p in prepared if isinstance(p.parent, (Node, str))}
@@ -369,8 +380,6 @@ class _Seen:
         if self._store.is_sqlite:
             self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, under).items())
         if writer.config.dedup.enabled:
-            ids = {i for near in neighbours for i, _ in near}
-            self.near = {i: r._mapping for i, r in self._store.get_many(conn, ids, live_only=True).items()}
             # An exact twin lies in a branch that exists already: the branch of a node
             # the batch goes under. An item under an earlier item of the batch is in
             # that item's branch, which is one of these or new.
@@ -381,6 +390,38 @@ class _Seen:
                          else self._store.branches_of(conn, under))
             for r in self._store.find_by_hashes(conn, writer.namespace, hashes, heads):
                 self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
+
+    def nearest(self, branch: str, ntype: str, vec: np.ndarray[Any, Any],
+                from_index: Callable[[], Sequence[tuple[str, float]]]) -> list[tuple[RowMap, float]]:
+        """The stored live memories of ``branch`` and type ``ntype`` nearest to ``vec``
+        (at most ``dedup.candidates``, nearest first, with their cosines): scored
+        exactly from the stored embeddings when the branch holds at most
+        :data:`SCAN_LIMIT` of them, else the vector index's nearest of the namespace
+        (``from_index``) that are in the branch and of the type."""
+        n = self._writer.config.dedup.candidates
+        key = (branch, ntype)
+        if key not in self._groups:
+            self._groups[key] = self._store.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
+        group = self._groups[key]
+        if group is None:
+            pairs = list(from_index())
+        else:
+            ids, matrix = group
+            if not ids:
+                return []
+            sims = matrix @ np.asarray(vec, dtype=np.float32)
+            top = np.argsort(-sims, kind="stable")[:n]
+            pairs = [(ids[j], float(sims[j])) for j in top]
+        missing = [i for i, _ in pairs if i not in self._near]
+        if missing:
+            found = self._store.get_many(self._conn, missing, live_only=True)
+            self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
+        out = []
+        for node_id, cosine in pairs:
+            row = self._near[node_id]
+            if row is not None and row["branch_id"] == branch and row["type"] == ntype:
+                out.append((row, cosine))
+        return out
 
     def parent(self, node_id: str, *, strict: bool = True) -> RowMap | None:
         """The live row of ``node_id``, locked with its ancestors (not found: an error, or
@@ -409,6 +450,57 @@ class _Seen:
                 row = None if found is None else found._mapping
             self._heads[head] = row is not None and row["type"] == NodeType.TASK.value
         return head, self._heads[head]
+
+
+class _Earlier:
+    """The rows a batch has written so far, by (branch, type), indexed for the lexical
+    gate of dedup (term-set Jaccard at least ``threshold``) so that an item is
+    compared with the few earlier rows that can pass it, not with every row of its
+    branch (a batch of 10,000 siblings made that quadratic).
+
+    Prefix filtering: order every term by its count in the batch, rarest first (ties
+    by the term). Two sets A and B with Jaccard >= t share at least ⌈t·max(|A|, |B|)⌉
+    terms, so they share one among the first |A| - ⌈t·|A|⌉ + 1 terms of A and the
+    first |B| - ⌈t·|B|⌉ + 1 of B; only those prefixes are indexed and looked up.
+    :meth:`candidates` returns a superset of the rows that pass the gate, in the order
+    they were written, so the first twin found is the one a full scan finds."""
+
+    def __init__(self, term_sets: Sequence[set[str]], threshold: float) -> None:
+        self._df = Counter(t for s in term_sets for t in s)
+        self._t = threshold
+        self._rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._postings: dict[tuple[str, str], dict[str, list[int]]] = {}
+        self._empty: dict[tuple[str, str], list[int]] = {}
+
+    def _prefix(self, terms: set[str]) -> list[str]:
+        ordered = sorted(terms, key=lambda t: (self._df[t], t))
+        n = len(ordered)
+        # (a hair below t·n before rounding up: a longer prefix is only ever safer)
+        return ordered[: n - math.ceil(self._t * n - 1e-9) + 1]
+
+    def add(self, key: tuple[str, str], row: dict[str, Any]) -> None:
+        rows = self._rows.setdefault(key, [])
+        at = len(rows)
+        rows.append(row)
+        terms = row["term_set"]
+        if not terms:
+            self._empty.setdefault(key, []).append(at)
+            return
+        postings = self._postings.setdefault(key, {})
+        for t in self._prefix(terms):
+            postings.setdefault(t, []).append(at)
+
+    def candidates(self, key: tuple[str, str], terms: set[str]) -> list[dict[str, Any]]:
+        rows = self._rows.get(key)
+        if not rows:
+            return []
+        if self._t <= 1e-9:  # every pair passes a zero threshold, shared terms or not
+            return rows
+        if not terms:  # only another empty set reaches a Jaccard above zero
+            return [rows[i] for i in self._empty.get(key, ())]
+        postings = self._postings.get(key, {})
+        found = {i for t in self._prefix(terms) for i in postings.get(t, ())}
+        return [rows[i] for i in sorted(found)]
 
 
 class _Pending:

@@ -69,9 +69,12 @@ def test_with_the_limit_above_every_word_retrieval_is_unchanged(open_memory: Any
         _fill(mem)
         recall = mem.retrieve("Which ticket note says the paper jam was reproduced?", reinforce=False)
         # (sorted: the memories share one clock time, so tree order among siblings is by random id)
-        answers.append(sorted((s.node.content, round(s.score, 9), s.reason) for s in recall.nodes))
+        answers.append(sorted((s.node.content, s.score, s.reason) for s in recall.nodes))
         assert "Ticket note: reproduced the paper jam in the lab" in [s.node.content for s in recall.nodes]
-    assert answers[0] == answers[2]
+    # The same memories for the same reasons; a score may differ in its last float
+    # bits (a query vector is not bit-stable between calls, seen on PostgreSQL).
+    assert [(c, r) for c, _, r in answers[0]] == [(c, r) for c, _, r in answers[2]]
+    assert [s for _, s, _ in answers[0]] == pytest.approx([s for _, s, _ in answers[2]], abs=1e-6)
 
 
 def test_a_negative_limit_is_refused(open_memory: Any) -> None:
@@ -90,7 +93,11 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
     query = "哪条工单备注提到酒店发票？"
 
     def answer(m: MemoryTree) -> list[tuple[str, float]]:
-        return sorted((s.node.content, round(s.score, 9)) for s in m.retrieve(query, reinforce=False).nodes)
+        return sorted((s.node.content, s.score) for s in m.retrieve(query, reinforce=False).nodes)
+
+    def same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+        # a query vector's last float bits vary between calls: scores agree within 1e-6
+        return [c for c, _ in a] == [c for c, _ in b] and all(abs(x - y) <= 1e-6 for (_, x), (_, y) in zip(a, b, strict=True))
 
     first = answer(mem)
     with mem.store.reading() as conn:
@@ -103,9 +110,9 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
             assert mem._retriever._live_count(conn) == mem.stats().live
         mine = answer(mem)
         other = open_memory(folder=folder)
-        assert mine == answer(other)
+        assert same(mine, answer(other))
         other.close()
-    assert mine != first
+    assert not same(mine, first)
 
 
 def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hybrid_memory import ROOT, MemoryTree, Node, text
 
@@ -263,3 +265,129 @@ def test_memories_that_differ_in_a_figure_never_merge(mem):
     third = mem.add("报销金额 5000 元，已提交", type="fact")
     fourth = mem.add("报销金额 3000 元，已提交", type="fact")
     assert not fourth.merged and fourth.id != third.id
+
+
+# The in-batch index of dedup's lexical gate (arithmetic only: sets of terms, no model).
+_VOCAB = [f"w{i}" for i in range(12)] + ["发票", "票已", "酒店"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sets=st.lists(st.sets(st.sampled_from(_VOCAB), max_size=7), min_size=1, max_size=40),
+    keys=st.lists(st.sampled_from(["a", "b"]), min_size=40, max_size=40),
+    threshold=st.sampled_from([0.0, 0.1, 0.34, 0.5, 0.6, 2 / 3, 0.7, 0.85, 1.0]),
+)
+def test_the_batch_index_offers_every_row_the_lexical_gate_passes_in_written_order(
+    sets: list[set[str]], keys: list[str], threshold: float
+) -> None:
+    from hybrid_memory.writing import _Earlier
+
+    index = _Earlier(sets, threshold)
+    rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
+    for i, terms in enumerate(sets):
+        key = (keys[i], "event")
+        offered = index.candidates(key, terms)
+        earlier = [r for k, r in rows if k == key]
+        passing = [r for r in earlier if text.jaccard(r["term_set"], terms) >= threshold]
+        ids = [r["i"] for r in offered]
+        assert ids == sorted(ids)  # in written order: the first twin found is a full scan's
+        assert {r["i"] for r in passing} <= set(ids)
+        assert set(ids) <= {r["i"] for r in earlier}  # nothing of another (branch, type)
+        row = {"i": i, "term_set": terms}
+        index.add(key, row)
+        rows.append((key, row))
+
+
+def test_add_many_of_many_siblings_merges_what_a_full_scan_merges(open_memory: Any, tmp_path: Any) -> None:
+    """Hundreds of siblings in one batch, with repeats that differ by a word: the same
+    nodes merge as when each is added alone (which compares with every stored sibling)."""
+    lines = [f"Shipment {i} for order {i % 37} left the warehouse on dock {i % 5}" for i in range(300)]
+    lines += [line.replace("left", "has left") for line in lines[:40]]  # near-identical
+    lines += lines[100:120]  # exact repeats
+    batch = open_memory(folder=tmp_path / "batch")
+    task = batch.add("Track the outbound shipments", type="task", parent=ROOT)
+    out = batch.add_many([{"content": c, "type": "event", "parent": task} for c in lines])
+    one = open_memory(folder=tmp_path / "one")
+    task1 = one.add("Track the outbound shipments", type="task", parent=ROOT)
+    alone = [one.add(c, type="event", parent=task1) for c in lines]
+    assert [n.merged for n in out] == [n.merged for n in alone]
+    assert sum(n.merged for n in out) >= 20
+    by_content = {n.content for n in batch.children(task)}
+    assert by_content == {n.content for n in one.children(task1)}
+
+
+@pytest.mark.parametrize("line, variant", [
+    ("Deployed the new payment service to the production cluster at noon on Friday",
+     "Deployed the new payment service to the production cluster at noon on Friday as planned"),
+    ("支付服务已在中午部署到生产环境", "支付服务已在中午部署到生产环境了"),
+])
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_twin_of_its_own_branch_is_found_behind_closer_copies_elsewhere(
+    open_memory: Any, line: str, variant: str, batched: bool
+) -> None:
+    """More exact copies in other branches than dedup reads neighbours (12 > 8), all
+    nearer the new memory than its near-identical twin in its own branch: the twin
+    is still found, since a branch's memories of the type are scored whole."""
+    mem = open_memory()
+    for i in range(12):
+        other = mem.add(f"Release {i}: ship build {i}", type="task", parent=ROOT)
+        mem.add(variant, type="event", parent=other)
+    mine = mem.add("Release 12: ship build 12", type="task", parent=ROOT)
+    twin = mem.add(line, type="event", parent=mine)
+    assert mem.config.dedup.candidates < 12
+    again = (mem.add_many([dict(content=variant, type="event", parent=mine)])[0] if batched
+             else mem.add(variant, type="event", parent=mine))
+    assert again.merged and again.id == twin.id
+
+
+def test_a_branch_too_large_to_score_whole_asks_the_vector_index(open_memory: Any, monkeypatch: Any) -> None:
+    """Past writing.SCAN_LIMIT memories of a type in a branch, the twin comes from the
+    index's nearest neighbours (waiting index writes included), one query a batch."""
+    from hybrid_memory import writing
+
+    mem = open_memory()
+    task = mem.add("Keep the on-call log", type="task", parent=ROOT)
+    lines = ["Paged at 02:00 for disk usage on db-1", "Restarted the ingest worker after a memory leak",
+             "Rotated the TLS certificate of the gateway", "Escalated the billing outage to the vendor"]
+    # (each a twin of its line: the same terms, cosine 0.98-0.99 with all-MiniLM-L6-v2)
+    variants = ["Paged at 02:00 for the disk usage on db-1", "Restarted the ingest worker after the memory leak",
+                "Rotated the TLS certificate on the gateway", "Escalated the billing outage to a vendor"]
+    first = [mem.add(x, type="event", parent=task) for x in lines]
+    scanned: list[Any] = []
+    original = type(mem.store).branch_vectors
+
+    def spy(self: Any, conn: Any, ns: str, branch: str, ntype: str, limit: int) -> Any:
+        out = original(self, conn, ns, branch, ntype, limit)
+        scanned.append(out)
+        return out
+
+    monkeypatch.setattr(type(mem.store), "branch_vectors", spy)
+    monkeypatch.setattr(writing, "SCAN_LIMIT", 2)
+    asked: list[int] = []
+    nearest = writing.Writer.dedup_candidates
+    monkeypatch.setattr(writing.Writer, "dedup_candidates",
+                        lambda self, vectors: asked.append(len(vectors)) or nearest(self, vectors))
+    out = mem.add_many([dict(content=x, type="event", parent=task) for x in variants[1:3]]
+                       + [dict(content="Closed the incident review", type="event", parent=task)])
+    assert scanned == [None]  # the branch holds more than the limit: not read whole
+    assert asked == [3]  # one index query for the whole batch
+    assert [n.id for n in out[:2]] == [first[1].id, first[2].id] and all(n.merged for n in out[:2])
+    assert not out[2].merged
+    again = mem.add(variants[3], type="event", parent=task)
+    assert again.merged and again.id == first[3].id
+
+
+def test_an_older_store_gets_the_dedup_index_on_open(open_memory: Any, tmp_path: Any) -> None:
+    from sqlalchemy import inspect
+    from sqlalchemy import text as sql_text
+
+    mem = open_memory(folder=tmp_path / "old")
+    mem.add("Plan the offsite", type="task", parent=ROOT)
+    if not mem.store.is_sqlite:
+        pytest.skip("the SQLite file is dropped and reopened here")
+    with mem.store.engine.begin() as conn:
+        conn.execute(sql_text("DROP INDEX hm_nodes_group"))
+    mem.close()
+    again = open_memory(folder=tmp_path / "old")
+    names = {i["name"] for i in inspect(again.store.engine).get_indexes("hm_nodes")}
+    assert "hm_nodes_group" in names

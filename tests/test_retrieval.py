@@ -619,6 +619,8 @@ def test_retrieve_without_query_returns_the_active_tasks_chain_and_top_k_by_weig
         # Nothing else: the chain, the active node, the top k and their ancestors.
         allowed = set(chain) | {active} | set(top) | {a for i in top for a in mem.get(i).ancestor_ids}
         assert set(reasons) <= allowed
+        # hits: the top memories of the anchor's own branch (a subtask heads another)
+        assert recall.branches[0].hits == sum(mem.get(i).branch_id == anchor for i in top)
 
     k = 2
     recall = mem.retrieve(k=k, reinforce=False)  # rank by the weights as they stand
@@ -631,6 +633,16 @@ def test_retrieve_without_query_returns_the_active_tasks_chain_and_top_k_by_weig
     recall = mem.retrieve(k=3, reinforce=False)
     expect(recall, anchor=ids["mig"], chain=[ids["mig"]], active=ids["mig_dry"], k=3)
     assert not {sub.id, ids["trv"], *[n.id for n in ins]} & set(recall.ids)
+
+    # The parent task: its subtask's memories are among its top ones, not its hits
+    # (found by the tenant property test, which counts a branch's live nodes).
+    mem.focus(ids["trv"])
+    recall = mem.retrieve(k=20, reinforce=False)
+    expect(recall, anchor=ids["trv"], chain=[], active=ids["trv"], k=20)
+    tops = [s.node for s in recall.nodes if s.reason == "top"]
+    if mem.config.retrieval.branch_by == "nearest_task":
+        assert any(n.branch_id == sub.id for n in tops)
+        assert recall.branches[0].hits < len(tops)
 
     mem.focus(ids["rev"])
     recall = mem.retrieve(k=3, reinforce=False)

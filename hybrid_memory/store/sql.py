@@ -135,9 +135,12 @@ nodes = Table(
     Index("hm_nodes_twin", "namespace", "content_hash", "branch_id"),
     # stats(): live nodes per type and the depth, off the index alone.
     Index("hm_nodes_kind", "namespace", "status", "type", "depth"),
+    # Dedup: the live memories of one type in one branch (SQLite's planner, without
+    # statistics, would otherwise seek hm_nodes_kind and read every node of the type).
+    Index("hm_nodes_group", "namespace", "branch_id", "type", "status"),
 )
 #: Indexes added after the first stores were made: created on open where missing.
-_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind")
+_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group")
 
 terms = Table(
     "hm_terms",
@@ -244,6 +247,77 @@ FORGET_COLUMNS = (
     nodes.c.importance, nodes.c.confidence, nodes.c.access_count,
     nodes.c.created_at, nodes.c.updated_at, nodes.c.accessed_at, nodes.c.active_at,
 )
+
+
+class _Q:
+    """The statements of the hot paths (every add and retrieve), built once with bound
+    parameters. Building a statement and its cache key costs more than SQLAlchemy's
+    execution of it (about 3x a prebuilt one for a one-row select on this project's
+    machine); the compiled form is cached per dialect either way."""
+
+    ids: Any = bindparam("ids", expanding=True)
+    live = nodes.c.status == Status.LIVE.value
+    get = select(*NODE_COLUMNS).where(nodes.c.id == bindparam("id"))
+    get_lock = get.with_for_update()
+    get_many = select(*NODE_COLUMNS).where(nodes.c.id.in_(ids))
+    get_many_live = get_many.where(live)
+    get_many_emb = select(*NODE_COLUMNS, nodes.c.embedding).where(nodes.c.id.in_(ids))
+    get_many_emb_live = get_many_emb.where(live)
+    embeddings = select(nodes.c.id, nodes.c.embedding).where(nodes.c.id.in_(ids))
+    branch_vectors = (
+        select(nodes.c.id, nodes.c.embedding)
+        .where(nodes.c.namespace == bindparam("ns"), live, nodes.c.branch_id == bindparam("branch"),
+               nodes.c.type == bindparam("type"), nodes.c.embedding.is_not(None))
+        .order_by(nodes.c.id).limit(bindparam("limit", type_=Integer))
+    )
+    branch_rows = select(*NODE_COLUMNS, nodes.c.embedding).where(
+        nodes.c.namespace == bindparam("ns"), live, nodes.c.branch_id.in_(bindparam("branches", expanding=True))
+    )
+    by_hashes = select(nodes.c.id, nodes.c.content_hash, nodes.c.branch_id, nodes.c.type).where(
+        nodes.c.namespace == bindparam("ns"), nodes.c.content_hash.in_(bindparam("hashes", expanding=True)),
+        nodes.c.branch_id.in_(bindparam("branches", expanding=True)), live,
+    )
+    tie_keys = select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash).where(nodes.c.id.in_(ids))
+    branches_of = select(nodes.c.branch_id).where(nodes.c.id.in_(ids))
+    children_of = {
+        root: select(func.count()).select_from(
+            select(nodes.c.id).where(
+                nodes.c.namespace == bindparam("ns"),
+                nodes.c.parent_id.is_(None) if root else nodes.c.parent_id == bindparam("parent"),
+            ).limit(bindparam("limit", type_=Integer)).subquery()
+        )
+        for root in (True, False)
+    }
+    term_df = (select(terms.c.term, func.count())
+               .where(terms.c.namespace == bindparam("ns"), terms.c.term.in_(bindparam("terms", expanding=True)))
+               .group_by(terms.c.term))
+    more_branches = (select(nodes.c.branch_id).where(nodes.c.namespace == bindparam("ns"), live)
+                     .distinct().limit(bindparam("limit", type_=Integer)))
+    live_count = select(func.count()).where(nodes.c.namespace == bindparam("ns"), live)
+    last_seq = select(func.max(oplog.c.seq)).where(oplog.c.namespace == bindparam("ns"))
+    pending_upserts = (select(outbox.c.node_id, func.max(outbox.c.seq).label("last"))
+                       .where(outbox.c.namespace == bindparam("ns"), outbox.c.action == "upsert")
+                       .group_by(outbox.c.node_id).order_by(func.max(outbox.c.seq).desc())
+                       .limit(bindparam("limit", type_=Integer)))
+    get_cursor = select(cursors.c.active_id).where(cursors.c.namespace == bindparam("ns"),
+                                                   cursors.c.session == bindparam("session"))
+    get_setting = select(settings.c.value).where(settings.c.key == bindparam("key"))
+    insert_nodes = insert(nodes)
+    insert_terms = insert(terms)
+    insert_outbox = insert(outbox)
+    log_many = insert(oplog).returning(oplog.c.seq, sort_by_parameter_order=True)
+    touch_each = {
+        name: update(nodes).where(nodes.c.id == bindparam("b_id"), nodes.c[name] < bindparam("b_ts"))
+        .values({name: bindparam("b_ts")})
+        for name in ("created_at", "updated_at", "accessed_at", "active_at")
+    }
+    add_access = {
+        sqlite: update(nodes).where(nodes.c.id == bindparam("b_id")).values(
+            access_count=nodes.c.access_count + bindparam("b_n", type_=Integer),
+            accessed_at=(func.max if sqlite else func.greatest)(nodes.c.accessed_at, bindparam("b_ts", type_=Float)),
+        )
+        for sqlite in (True, False)
+    }
 
 
 def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> Node:
@@ -468,10 +542,8 @@ class SqlStore:
         """The node's row. ``lock``: inside a write, lock the row until commit (``FOR
         UPDATE``) and read its latest committed version; a no-op on SQLite, whose
         writers are already serialised by ``BEGIN IMMEDIATE``."""
-        q = select(*NODE_COLUMNS).where(nodes.c.id == node_id)
-        if lock and not self.is_sqlite:
-            q = q.with_for_update()
-        return conn.execute(q).first()
+        q = _Q.get_lock if lock and not self.is_sqlite else _Q.get
+        return conn.execute(q, {"id": node_id}).first()
 
     def lock_path(self, conn: Connection, node_id: str) -> Row[Any] | None:
         """Lock the node and every ancestor of it, root first, and return the
@@ -520,21 +592,34 @@ class SqlStore:
         """The rows of ``ids`` that exist, by id (with their embedding column if asked)."""
         out: dict[str, Row[Any]] = {}
         ids = list(dict.fromkeys(ids))
-        columns = [*NODE_COLUMNS, nodes.c.embedding] if embedding else NODE_COLUMNS
+        q: Any
+        if embedding:
+            q = _Q.get_many_emb_live if live_only else _Q.get_many_emb
+        else:
+            q = _Q.get_many_live if live_only else _Q.get_many
         for chunk in _chunks(ids, 500):
-            q = select(*columns).where(nodes.c.id.in_(chunk))
-            if live_only:
-                q = q.where(nodes.c.status == Status.LIVE.value)
-            for row in conn.execute(q).all():
+            for row in conn.execute(q, {"ids": chunk}).all():
                 out[row.id] = row
         return out
 
     def embeddings(self, conn: Connection, ids: Sequence[str]) -> dict[str, np.ndarray[Any, Any]]:
         out = {}
         for chunk in _chunks(list(ids), 500):
-            for row in conn.execute(select(nodes.c.id, nodes.c.embedding).where(nodes.c.id.in_(chunk))):
+            for row in conn.execute(_Q.embeddings, {"ids": chunk}):
                 out[row.id] = from_blob(row.embedding)
         return out
+
+    def branch_vectors(self, conn: Connection, namespace: str, branch: str, ntype: str,
+                       limit: int) -> tuple[list[str], np.ndarray[Any, Any]] | None:
+        """(ids, embeddings as rows) of the live nodes of ``branch`` of type ``ntype``,
+        by id; None when there are more than ``limit``."""
+        rows = conn.execute(_Q.branch_vectors, {"ns": namespace, "branch": branch, "type": ntype,
+                                                "limit": limit + 1}).all()
+        if len(rows) > limit:
+            return None
+        if not rows:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        return [r.id for r in rows], np.stack([from_blob(r.embedding) for r in rows])
 
     def embedding_kind(self, conn: Connection, namespace: str) -> tuple[str, int] | None:
         """The model name and dimension of one stored embedding of ``namespace``
@@ -551,7 +636,7 @@ class SqlStore:
     def insert_nodes(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert several node rows (all with the same columns) in one statement."""
         if rows:
-            conn.execute(insert(nodes), list(rows))
+            conn.execute(_Q.insert_nodes, list(rows))
 
     def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
         conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))
@@ -570,12 +655,7 @@ class SqlStore:
 
     def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Row[Any]]:
         """Every live node of the given branches, with its embedding."""
-        q = select(*NODE_COLUMNS, nodes.c.embedding).where(
-            nodes.c.namespace == namespace,
-            nodes.c.status == Status.LIVE.value,
-            nodes.c.branch_id.in_(list(branch_ids)),
-        )
-        return cast("list[Row[Any]]", list(conn.execute(q).all()))
+        return cast("list[Row[Any]]", list(conn.execute(_Q.branch_rows, {"ns": namespace, "branches": list(branch_ids)}).all()))
 
     def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str],
                        branches: Iterable[str]) -> list[Row[Any]]:
@@ -589,13 +669,8 @@ class SqlStore:
             return out
         for hchunk in _chunks(heads, 500):
             for chunk in _chunks(list(dict.fromkeys(hashes)), 500):
-                q = select(nodes.c.id, nodes.c.content_hash, nodes.c.branch_id, nodes.c.type).where(
-                    nodes.c.namespace == namespace,
-                    nodes.c.content_hash.in_(chunk),
-                    nodes.c.branch_id.in_(hchunk),
-                    nodes.c.status == Status.LIVE.value,
-                )
-                out.extend(cast("list[Row[Any]]", conn.execute(q).all()))
+                params = {"ns": namespace, "hashes": chunk, "branches": hchunk}
+                out.extend(cast("list[Row[Any]]", conn.execute(_Q.by_hashes, params).all()))
         return out
 
     def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
@@ -603,15 +678,14 @@ class SqlStore:
         equally scored candidates, the same in every copy of a memory."""
         out: dict[str, tuple[float, str]] = {}
         for chunk in _chunks(list(dict.fromkeys(ids)), 500):
-            q = select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash).where(nodes.c.id.in_(chunk))
-            out.update((r[0], (r[1], r[2])) for r in conn.execute(q).all())
+            out.update((r[0], (r[1], r[2])) for r in conn.execute(_Q.tie_keys, {"ids": chunk}).all())
         return out
 
     def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
         """The branch ids of the given nodes (unknown ids are left out)."""
         out: set[str] = set()
         for chunk in _chunks(list(dict.fromkeys(ids)), 500):
-            out.update(r[0] for r in conn.execute(select(nodes.c.branch_id).where(nodes.c.id.in_(chunk))))
+            out.update(r[0] for r in conn.execute(_Q.branches_of, {"ids": chunk}))
         return out
 
     def live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any] = NODE_COLUMNS) -> list[Row[Any]]:
@@ -653,9 +727,10 @@ class SqlStore:
     def child_count(self, conn: Connection, namespace: str, parent_id: str | None, limit: int) -> int:
         """How many nodes (any status) hang directly under ``parent_id`` (None: the root),
         counted up to ``limit`` (reads at most that many index entries)."""
-        cond = nodes.c.parent_id.is_(None) if parent_id is None else nodes.c.parent_id == parent_id
-        inner = select(nodes.c.id).where(nodes.c.namespace == namespace, cond).limit(limit).subquery()
-        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+        params: dict[str, Any] = {"ns": namespace, "limit": limit}
+        if parent_id is not None:
+            params["parent"] = parent_id
+        return int(conn.execute(_Q.children_of[parent_id is None], params).scalar_one())
 
     def any_live_id(self, conn: Connection, namespace: str) -> str | None:
         """One live node's id (which one is unspecified), or None for an empty namespace."""
@@ -694,21 +769,13 @@ class SqlStore:
     def touch_each(self, conn: Connection, column: str, times: Mapping[str, float]) -> None:
         """:meth:`touch` with a time per node, in one statement."""
         if times:
-            col = nodes.c[column]
-            q = update(nodes).where(nodes.c.id == bindparam("b_id"), col < bindparam("b_ts")).values({column: bindparam("b_ts")})
-            conn.execute(q, [{"b_id": i, "b_ts": ts} for i, ts in times.items()])
+            conn.execute(_Q.touch_each[column], [{"b_id": i, "b_ts": ts} for i, ts in times.items()])
 
     def add_access(self, conn: Connection, counts: Mapping[str, tuple[int, float]]) -> None:
-        """Add read counts and raise the last-access time, in one statement per node."""
-        for node_id, (n, ts) in counts.items():
-            conn.execute(
-                update(nodes)
-                .where(nodes.c.id == node_id)
-                .values(
-                    access_count=nodes.c.access_count + n,
-                    accessed_at=func.max(nodes.c.accessed_at, ts) if self.is_sqlite else func.greatest(nodes.c.accessed_at, ts),
-                )
-            )
+        """Add read counts and raise the last-access time, in one statement."""
+        if counts:
+            conn.execute(_Q.add_access[self.is_sqlite],
+                         [{"b_id": i, "b_n": n, "b_ts": ts} for i, (n, ts) in counts.items()])
 
     def delete_nodes(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
@@ -724,16 +791,22 @@ class SqlStore:
         """The lexical terms of several nodes (node id, term counts), in one statement."""
         # Terms are stored cut to 64 characters: two long terms sharing that prefix
         # are one stored term (their counts add up), not a duplicate key.
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[str, str, str, int]] = []
         for node_id, counts in items:
             stored: dict[str, int] = {}
             for t, n in counts.items():
                 stored[t[:64]] = stored.get(t[:64], 0) + n
             if self.keyring is not None:
                 stored = {self.keyring.blind(t)[0]: n for t, n in stored.items()}
-            rows.extend({"namespace": namespace, "term": t, "node_id": node_id, "tf": n} for t, n in stored.items())
-        if rows:
-            conn.execute(insert(terms), rows)
+            rows.extend((namespace, t, node_id, n) for t, n in stored.items())
+        if not rows:
+            return
+        if self.is_sqlite:
+            # About ten rows a memory, none sealed: the driver's executemany, without
+            # SQLAlchemy's per-row parameter processing (5x faster here).
+            conn.exec_driver_sql(f"INSERT INTO {terms.name} (namespace, term, node_id, tf) VALUES (?, ?, ?, ?)", rows)
+        else:
+            conn.execute(_Q.insert_terms, [{"namespace": a, "term": t, "node_id": i, "tf": n} for a, t, i, n in rows])
 
     def unindex_terms(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
@@ -745,10 +818,8 @@ class SqlStore:
         if not query_terms:
             return {}
         cut = self._stored_terms(query_terms)
-        q = (select(terms.c.term, func.count()).where(terms.c.namespace == namespace, terms.c.term.in_(list(cut)))
-             .group_by(terms.c.term))
         out: dict[str, int] = {}
-        for t, n in conn.execute(q).all():
+        for t, n in conn.execute(_Q.term_df, {"ns": namespace, "terms": list(cut)}).all():
             out[cut[t]] = out.get(cut[t], 0) + int(n)
         return out
 
@@ -787,20 +858,14 @@ class SqlStore:
     def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
         """Whether the namespace's live nodes fall into more than ``than`` branches (reads
         at most ``than + 1`` distinct branch ids off the branch index)."""
-        q = (
-            select(nodes.c.branch_id)
-            .where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
-            .distinct()
-            .limit(than + 1)
-        )
-        return len(conn.execute(q).all()) > than
+        return len(conn.execute(_Q.more_branches, {"ns": namespace, "limit": than + 1}).all()) > than
 
     def subtree_all(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         """Every node of the namespace, live or archived."""
         return list(conn.execute(select(*NODE_COLUMNS).where(nodes.c.namespace == namespace)))
 
     def get_setting(self, conn: Connection, key: str) -> str | None:
-        return conn.execute(select(settings.c.value).where(settings.c.key == key)).scalar()
+        return conn.execute(_Q.get_setting, {"key": key}).scalar()
 
     def set_setting(self, conn: Connection, key: str, value: str) -> None:
         if self.is_postgres:  # an upsert: two processes may set the same key at once
@@ -815,11 +880,7 @@ class SqlStore:
             conn.execute(update(settings).where(settings.c.key == key).values(value=value))
 
     def live_count(self, conn: Connection, namespace: str) -> int:
-        return int(
-            conn.execute(
-                select(func.count()).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
-            ).scalar_one()
-        )
+        return int(conn.execute(_Q.live_count, {"ns": namespace}).scalar_one())
 
     # -- the operation log, the outbox, cursors and checkpoints ---------------------
 
@@ -840,7 +901,7 @@ class SqlStore:
         """Append (ts, op, node id, payload) entries in order, in one statement; their positions."""
         if not entries:
             return []
-        result = conn.execute(insert(oplog).returning(oplog.c.seq, sort_by_parameter_order=True), [
+        result = conn.execute(_Q.log_many, [
             {"namespace": namespace, "session": session, "ts": ts, "op": op, "node_id": node_id,
              "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)}
             for ts, op, node_id, payload in entries
@@ -920,7 +981,7 @@ class SqlStore:
             conn.execute(update(oplog).where(oplog.c.seq.in_(chunk)).values(payload='{"corrupt": true}'))
 
     def last_seq(self, conn: Connection, namespace: str) -> int:
-        value = conn.execute(select(func.max(oplog.c.seq)).where(oplog.c.namespace == namespace)).scalar()
+        value = conn.execute(_Q.last_seq, {"ns": namespace}).scalar()
         return int(value) if value is not None else 0
 
     def purge_log(self, conn: Connection, namespace: str, ids: Sequence[str]) -> None:
@@ -933,7 +994,7 @@ class SqlStore:
     def enqueue(self, conn: Connection, namespace: str, ids: Iterable[str], action: str) -> None:
         rows = [{"namespace": namespace, "node_id": i, "action": action} for i in ids]
         if rows:
-            conn.execute(insert(outbox), rows)
+            conn.execute(_Q.insert_outbox, rows)
 
     def pending_count(self, conn: Connection, namespace: str) -> int:
         return int(conn.execute(select(func.count()).where(outbox.c.namespace == namespace)).scalar_one())
@@ -943,19 +1004,14 @@ class SqlStore:
 
     def pending_upserts(self, conn: Connection, namespace: str, limit: int = 4096) -> list[str]:
         """Ids of the nodes whose index upsert waits in the outbox, the latest ``limit``."""
-        q = (select(outbox.c.node_id, func.max(outbox.c.seq).label("last"))
-             .where(outbox.c.namespace == namespace, outbox.c.action == "upsert")
-             .group_by(outbox.c.node_id).order_by(func.max(outbox.c.seq).desc()).limit(limit))
-        return [r[0] for r in conn.execute(q).all()]
+        return [r[0] for r in conn.execute(_Q.pending_upserts, {"ns": namespace, "limit": limit}).all()]
 
     def clear_outbox(self, conn: Connection, seqs: Sequence[int]) -> None:
         for chunk in _chunks(list(seqs), 500):
             conn.execute(delete(outbox).where(outbox.c.seq.in_(chunk)))
 
     def get_cursor(self, conn: Connection, namespace: str, session: str) -> str | None:
-        return conn.execute(
-            select(cursors.c.active_id).where(cursors.c.namespace == namespace, cursors.c.session == session)
-        ).scalar()
+        return conn.execute(_Q.get_cursor, {"ns": namespace, "session": session}).scalar()
 
     def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float) -> None:
         where = (cursors.c.namespace == namespace) & (cursors.c.session == session)
