@@ -159,17 +159,18 @@ class Writer:
         pending = _Pending(self, conn)
         by_key: dict[str, RowMap] = {}
         all_counts = [text.term_counts(p.content) for p in prepared]
+        term_sets = [set(c) for c in all_counts]
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
-        written = _Earlier([set(c) for c in all_counts], cfg.dedup.lexical)
+        written = _Earlier(term_sets, cfg.dedup.lexical)
         fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
         out: list[Node] = []
-        for at, (p, vec, counts) in enumerate(zip(prepared, vectors, all_counts, strict=True)):
+        for at, (p, vec, counts, term_set) in enumerate(zip(prepared, vectors, all_counts, term_sets, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
             twin = None
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 branch = seen.branch_info(parent_row)[0]
-                earlier = written.candidates((branch, p.type.value), set(counts))
-                twin = self._find_twin(seen, p, vec, set(counts), branch, earlier, functools.partial(from_index, at))
+                earlier = written.candidates((branch, p.type.value), term_set)
+                twin = self._find_twin(seen, p, vec, term_set, branch, earlier, functools.partial(from_index, at))
             if twin is not None:
                 pending.flush()
                 node = self._reinforce(conn, twin, p)
@@ -203,7 +204,7 @@ class Writer:
                 active_id = node_id
             self.fault("add_many_item")
             if cfg.dedup.enabled:
-                written.add((branch, p.type.value), dict(row, embedding_vec=vec, term_set=set(counts)))
+                written.add((branch, p.type.value), dict(row, embedding_vec=vec, term_set=term_set))
             if p.key is not None:
                 by_key[p.key] = row
             out.append(node_from_row(row))

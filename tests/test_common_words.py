@@ -28,6 +28,14 @@ ORDERS = [
 ]
 
 
+def _agree(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
+    """Two sorted answers of (content, score, ...) name the same memories with the same
+    other fields; scores agree within 1e-6 (a query vector's last float bits vary
+    between calls, seen on PostgreSQL)."""
+    return ([(x[0], *x[2:]) for x in a] == [(y[0], *y[2:]) for y in b]
+            and all(abs(x[1] - y[1]) <= 1e-6 for x, y in zip(a, b, strict=True)))
+
+
 def _fill(mem: MemoryTree) -> None:
     for rows in (TICKETS, ORDERS):
         task = mem.add(rows[0][0], type=rows[0][1], parent=ROOT)
@@ -71,10 +79,7 @@ def test_with_the_limit_above_every_word_retrieval_is_unchanged(open_memory: Any
         # (sorted: the memories share one clock time, so tree order among siblings is by random id)
         answers.append(sorted((s.node.content, s.score, s.reason) for s in recall.nodes))
         assert "Ticket note: reproduced the paper jam in the lab" in [s.node.content for s in recall.nodes]
-    # The same memories for the same reasons; a score may differ in its last float
-    # bits (a query vector is not bit-stable between calls, seen on PostgreSQL).
-    assert [(c, r) for c, _, r in answers[0]] == [(c, r) for c, _, r in answers[2]]
-    assert [s for _, s, _ in answers[0]] == pytest.approx([s for _, s, _ in answers[2]], abs=1e-6)
+    assert _agree(answers[0], answers[2]), (answers[0], answers[2])
 
 
 def test_a_negative_limit_is_refused(open_memory: Any) -> None:
@@ -95,10 +100,6 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
     def answer(m: MemoryTree) -> list[tuple[str, float]]:
         return sorted((s.node.content, s.score) for s in m.retrieve(query, reinforce=False).nodes)
 
-    def same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
-        # a query vector's last float bits vary between calls: scores agree within 1e-6
-        return [c for c, _ in a] == [c for c, _ in b] and all(abs(x - y) <= 1e-6 for (_, x), (_, y) in zip(a, b, strict=True))
-
     first = answer(mem)
     with mem.store.reading() as conn:
         assert mem._retriever._live_count(conn) == mem.stats().live == len(TICKETS) + len(ORDERS)
@@ -110,9 +111,9 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
             assert mem._retriever._live_count(conn) == mem.stats().live
         mine = answer(mem)
         other = open_memory(folder=folder)
-        assert same(mine, answer(other))
+        assert _agree(mine, answer(other))
         other.close()
-    assert not same(mine, first)
+    assert not _agree(mine, first)
 
 
 def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> None:
