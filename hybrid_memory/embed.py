@@ -66,6 +66,11 @@ def bundled_model_path() -> str:
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], Any] = {}
+#: Held around every call into a loaded sentence-transformers model: its tokenizer
+#: sets padding and truncation on itself for each call, so two threads tokenizing at
+#: once (a write embedding on its worker while dedup asks for coverage) corrupt each
+#: other's batch.
+_CALL_LOCK = threading.Lock()
 
 
 class SentenceTransformerEmbedder:
@@ -111,13 +116,15 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._load().encode(
-            list(texts),
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = self._load()
+        with _CALL_LOCK:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vectors, dtype=np.float32)
 
     def coverage(self, text: str) -> float:
@@ -125,7 +132,8 @@ class SentenceTransformerEmbedder:
         unk = getattr(tokenizer, "unk_token_id", None)
         if tokenizer is None or unk is None:
             return 1.0
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with _CALL_LOCK:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             return 1.0
         return 1.0 - sum(1 for i in ids if i == unk) / len(ids)

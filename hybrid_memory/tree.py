@@ -10,6 +10,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -51,6 +52,7 @@ from .store.sql import FORGET_COLUMNS, SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight_array
 from .writing import (
+    Embedding,
     NodeRef,
     ParentRef,
     Writer,
@@ -63,6 +65,11 @@ log = logging.getLogger("hybrid_memory")
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: A write of at most this many memories is embedded on a worker thread while its
+#: transaction reads what needs no vector (parents, twins' candidates, child
+#: counts); a single ``add`` then costs about its embedding plus the commit.
+READ_AHEAD_ITEMS = 8
 
 
 def _requires(role: str) -> Callable[[F], F]:
@@ -122,6 +129,7 @@ class MemoryTree:
         self._clock = clock
         self._closed = False
         self._pending_access: dict[str, tuple[int, float]] = {}
+        self._worker: ThreadPoolExecutor | None = None  # embeds small batches while their write reads
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace,
                                     pending=lambda: self._pending_access)
         self._writer = Writer(
@@ -277,6 +285,8 @@ class MemoryTree:
                 log.warning("index writes left in the outbox at close: %s", exc)
         finally:
             self._closed = True
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
             self._index.close()
             self.store.close()
 
@@ -416,7 +426,7 @@ class MemoryTree:
         keys = [p.key for p in prepared if p.key is not None]
         if len(keys) != len(set(keys)):
             raise InvalidInputError("add_many: item keys must be unique")
-        vectors = self.embedder.embed([p.content for p in prepared])
+        vectors = self._embed_overlapped([p.content for p in prepared])
 
         def run(conn: Connection) -> list[Node]:
             return self._writer.write_batch(conn, prepared, vectors)
@@ -424,6 +434,20 @@ class MemoryTree:
         result = self._write_flushing(run)
         self._drain(sum(not n.merged for n in result))  # a merge writes no vector
         return result
+
+    def _embed_overlapped(self, texts: list[str]) -> np.ndarray[Any, Any] | Embedding:
+        """The vectors of ``texts``. A batch of at most :data:`READ_AHEAD_ITEMS` is
+        embedded on this handle's worker thread while the write transaction reads
+        what needs no vector (the embedders release the interpreter lock while they
+        compute), and a single add that its words settle is written meanwhile. A
+        larger batch is embedded here, before its transaction: its embedding is long
+        enough that holding the write lock through it would stall other writers, and
+        its reads are a small share of it."""
+        if len(texts) > READ_AHEAD_ITEMS:
+            return self.embedder.embed(texts)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-embed")
+        return Embedding([self._worker.submit(self.embedder.embed, texts)], len(texts))
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
         """Whether two contents are near-identical by the dedup rule: they hold the same

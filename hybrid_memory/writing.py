@@ -9,7 +9,8 @@ import logging
 import math
 import secrets
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -20,7 +21,13 @@ from . import _validate as check
 from . import text
 from .config import Config
 from .embed import Embedder
-from .errors import InvalidInputError, InvalidTypeError, NamespaceError, NotFoundError
+from .errors import (
+    HybridMemoryError,
+    InvalidInputError,
+    InvalidTypeError,
+    NamespaceError,
+    NotFoundError,
+)
 from .model import Node, NodeType, Status
 from .recovery import nearest
 from .store.sql import SqlStore, node_from_row, to_blob
@@ -140,20 +147,34 @@ class Writer:
             log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
             return [[] for _ in range(len(vectors))]
 
-    def write_batch(self, conn: Connection, prepared: Sequence[Prepared], vectors: np.ndarray[Any, Any]) -> list[Node]:
+    def write_batch(self, conn: Connection, prepared: Sequence[Prepared],
+                    vectors: np.ndarray[Any, Any] | Embedding) -> list[Node]:
         """Write ``prepared`` in ``conn``'s transaction: each item becomes a new node or
         reinforces its twin. Statements are gathered per kind and written together
         (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
-        be one of them, and its merge is logged after them)."""
+        be one of them, and its merge is logged after them).
+
+        ``vectors`` may be an :class:`Embedding` still running on another thread: the
+        reads that need no vector are done first (:meth:`_read_ahead`), and each item
+        waits only for its own chunk."""
         ns, cfg = self.namespace, self.config
         active_id = self.store.get_cursor(conn, ns, self.session)
         seen = _Seen(self, conn, prepared, active_id)
+        fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
+        late: Embedding | None = None
+        rows: Iterable[np.ndarray[Any, Any]] = vectors
+        if isinstance(vectors, Embedding):
+            self._read_ahead(conn, seen, prepared, active_id, fanout)
+            if len(prepared) == 1 and self._settled_by_words(seen, prepared[0], active_id):
+                # No stored memory can be this one's twin but by its words: write it
+                # now, and its embedding once the embedder returns it.
+                late, rows = vectors, np.zeros((1, self.embedder.dim), dtype=np.float32)
         index_near: list[list[tuple[str, float]]] = []
 
         def from_index(i: int) -> list[tuple[str, float]]:
             # (asked once for the whole batch, the first time an item needs it)
             if not index_near:
-                index_near.extend(self.dedup_candidates(vectors))
+                index_near.extend(self.dedup_candidates(vectors.all() if isinstance(vectors, Embedding) else vectors))
             return index_near[i]
 
         pending = _Pending(self, conn)
@@ -162,9 +183,8 @@ class Writer:
         term_sets = [set(c) for c in all_counts]
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
         written = _Earlier(term_sets, cfg.dedup.lexical)
-        fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
         out: list[Node] = []
-        for at, (p, vec, counts, term_set) in enumerate(zip(prepared, vectors, all_counts, term_sets, strict=True)):
+        for at, (p, vec, counts, term_set) in enumerate(zip(prepared, rows, all_counts, term_sets, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
             twin = None
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
@@ -209,7 +229,66 @@ class Writer:
                 by_key[p.key] = row
             out.append(node_from_row(row))
         pending.flush()
+        if late is not None:
+            got = late.all()
+            self.store.set_embeddings(conn, [(n.id, to_blob(v)) for n, v in zip(out, got, strict=True) if not n.merged])
         return out
+
+    def _settled_by_words(self, seen: _Seen, p: Prepared, active_id: str | None) -> bool:
+        """Whether dedup can decide ``p`` (the only item of its batch) without its
+        vector: it is a task or goes under no node (never a twin), it has an exact
+        twin, or its branch holds no more memories of its type than dedup compares
+        (so all of them are its nearest) and none of them passes the dedup rule's
+        word tests (the lexical overlap and the same figures), which the cosine
+        cannot make up for. Read after :meth:`_read_ahead`, from what it read."""
+        d = self.config.dedup
+        if not d.enabled or p.type is NodeType.TASK:
+            return True
+        try:
+            parent_row = self._resolve_parent(seen, p.parent, {}, active_id)
+        except HybridMemoryError:
+            return False  # the write raises it
+        if parent_row is None:
+            return True
+        branch = seen.branch_info(parent_row)[0]
+        for h in self.store.content_hashes(p.content):
+            if any(r["branch_id"] == branch and r["type"] == p.type.value for r in seen.by_hash.get(h, ())):
+                return True
+        group = seen.read_group(branch, p.type.value, d.candidates)
+        if group is None or len(group[0]) > d.candidates:
+            return False
+        mine = set(text.terms(p.content))
+        figures = text.figures(p.content)
+        for row in seen.near_rows(group[0], branch, p.type.value):
+            if text.jaccard(set(text.terms(row["content"])), mine) >= d.lexical and text.figures(row["content"]) == figures:
+                return False
+        return True
+
+    def _read_ahead(self, conn: Connection, seen: _Seen, prepared: Sequence[Prepared], active_id: str | None,
+                    fanout: dict[str | None, int]) -> None:
+        """Read what the leading items of the batch will need and no vector decides:
+        their parents, branch heads, the stored memories a twin of each could be (ids
+        and embeddings, and the rows themselves when there are no more of them than
+        dedup compares), and their parents' child counts. It stops at the first item
+        whose parent this batch writes (an earlier item's key, or a new task that
+        takes the focus). A problem found here (an unknown parent, say) is left for
+        the write itself to raise, in item order."""
+        cfg = self.config
+        keys = {p.key for p in prepared if p.key is not None}
+        for p in prepared:
+            if isinstance(p.parent, str) and p.parent in keys:
+                return
+            try:
+                parent_row = self._resolve_parent(seen, p.parent, {}, active_id)
+            except HybridMemoryError:
+                return
+            parent_id = None if parent_row is None else parent_row["id"]
+            if parent_id not in fanout:
+                fanout[parent_id] = self.store.child_count(conn, self.namespace, parent_id, cfg.write.max_children)
+            if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
+                seen.read_group(seen.branch_info(parent_row)[0], p.type.value, cfg.dedup.candidates)
+            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
+                return  # the items after it may go under it
 
     def _resolve_parent(
         self, seen: _Seen, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
@@ -350,6 +429,25 @@ class Writer:
         return row
 
 
+class Embedding:
+    """The vectors of a batch's texts, being embedded on another thread, in chunks
+    (in order): iterating waits for each chunk as its first row is needed."""
+
+    def __init__(self, chunks: Sequence[Future[np.ndarray[Any, Any]]], n: int) -> None:
+        self._chunks, self._n = list(chunks), n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
+        for chunk in self._chunks:
+            yield from chunk.result()
+
+    def all(self) -> np.ndarray[Any, Any]:
+        """Every vector (waits for the last chunk)."""
+        return np.concatenate([c.result() for c in self._chunks])
+
+
 #: A branch holding at most this many live memories of a type is scored whole for a
 #: new memory's twin (one read of their ids and embeddings); a larger one asks the
 #: vector index for the nearest neighbours instead.
@@ -400,10 +498,7 @@ class _Seen:
         :data:`SCAN_LIMIT` of them, else the vector index's nearest of the namespace
         (``from_index``) that are in the branch and of the type."""
         n = self._writer.config.dedup.candidates
-        key = (branch, ntype)
-        if key not in self._groups:
-            self._groups[key] = self._store.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
-        group = self._groups[key]
+        group = self.read_group(branch, ntype)
         if group is None:
             pairs = list(from_index())
         else:
@@ -422,6 +517,33 @@ class _Seen:
             row = self._near[node_id]
             if row is not None and row["branch_id"] == branch and row["type"] == ntype:
                 out.append((row, cosine))
+        return out
+
+    def read_group(self, branch: str, ntype: str, rows_up_to: int = 0
+                   ) -> tuple[list[str], np.ndarray[Any, Any]] | None:
+        """The ids and embeddings of ``branch``'s live memories of type ``ntype`` (None:
+        more than :data:`SCAN_LIMIT`), read once. With ``rows_up_to``, a group of at
+        most that many also has its rows read: all of them are a new memory's nearest,
+        whatever its vector."""
+        key = (branch, ntype)
+        if key not in self._groups:
+            self._groups[key] = self._store.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
+        group = self._groups[key]
+        if group is not None and 0 < len(group[0]) <= rows_up_to:
+            missing = [i for i in group[0] if i not in self._near]
+            if missing:
+                found = self._store.get_many(self._conn, missing, live_only=True)
+                self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
+        return group
+
+    def near_rows(self, ids: Sequence[str], branch: str, ntype: str) -> list[RowMap]:
+        """The rows of ``ids`` read as dedup candidates that are still live, in
+        ``branch`` and of type ``ntype``."""
+        out = []
+        for node_id in ids:
+            row = self._near.get(node_id)
+            if row is not None and row["branch_id"] == branch and row["type"] == ntype:
+                out.append(row)
         return out
 
     def parent(self, node_id: str, *, strict: bool = True) -> RowMap | None:

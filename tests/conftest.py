@@ -197,17 +197,19 @@ OpenMemory = Callable[..., MemoryTree]
 def open_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder, clock: Clock, stores: Stores) -> Iterator[OpenMemory]:
     """open_memory(namespace="t", folder=None, **overrides) -> MemoryTree in a temp folder,
     on the test's backend (SQLite file in the folder, or a PostgreSQL schema).
+    ``embedder_`` replaces the session's real embedder (a wrapper around it, say).
 
     Config overrides are given as nested dicts (e.g. dedup={"enabled": False}).
     Everything opened is closed at the end of the test.
     """
     opened: list[MemoryTree] = []
 
-    def _open(namespace: str = "t", folder: Path | None = None, session: str = "main", **overrides: Any) -> MemoryTree:
+    def _open(namespace: str = "t", folder: Path | None = None, session: str = "main",
+              embedder_: Any = None, **overrides: Any) -> MemoryTree:
         config = Config.load(overrides=overrides) if overrides else Config.load()
         mem = stores.open(
             folder or tmp_path / "mem", namespace=namespace, session=session,
-            config=config, embedder=embedder, clock=clock,
+            config=config, embedder=embedder if embedder_ is None else embedder_, clock=clock,
         )
         opened.append(mem)
         return mem

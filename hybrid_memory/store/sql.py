@@ -303,6 +303,7 @@ class _Q:
                                                    cursors.c.session == bindparam("session"))
     get_setting = select(settings.c.value).where(settings.c.key == bindparam("key"))
     insert_nodes = insert(nodes)
+    set_embedding = update(nodes).where(nodes.c.id == bindparam("nid")).values(embedding=bindparam("emb"))
     insert_terms = insert(terms)
     insert_outbox = insert(outbox)
     log_many = insert(oplog).returning(oplog.c.seq, sort_by_parameter_order=True)
@@ -637,6 +638,11 @@ class SqlStore:
         """Insert several node rows (all with the same columns) in one statement."""
         if rows:
             conn.execute(_Q.insert_nodes, list(rows))
+
+    def set_embeddings(self, conn: Connection, pairs: Sequence[tuple[str, bytes]]) -> None:
+        """Store (node id, embedding blob) pairs."""
+        if pairs:
+            conn.execute(_Q.set_embedding, [{"nid": i, "emb": b} for i, b in pairs])
 
     def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
         conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))

@@ -1,0 +1,225 @@
+"""A small write embeds on a worker thread while its transaction reads, and a single
+add whose twin question the words settle is written before its vector arrives
+(``tree.READ_AHEAD_ITEMS``, ``Writer._read_ahead``, ``Writer._settled_by_words``).
+None of that may change what is written: the same merges, the real embeddings,
+nothing left behind by a failed embedding. Real model, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybrid_memory import ROOT, MemoryTree, tree
+
+
+class Spy:
+    """The real embedder, noting the thread of every call; ``fail_on`` makes a call
+    holding that text raise."""
+
+    def __init__(self, inner: Any, fail_on: str | None = None) -> None:
+        self.inner, self.fail_on = inner, fail_on
+        self.threads: list[threading.Thread] = []
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.threads.append(threading.current_thread())
+        if self.fail_on is not None and self.fail_on in texts:
+            raise RuntimeError("the embedder failed")
+        return self.inner.embed(texts)
+
+    def coverage(self, text: str) -> float:
+        return float(self.inner.coverage(text))
+
+
+def embed_first(mem: MemoryTree) -> None:
+    """Make ``mem`` embed each write whole before its transaction (no read-ahead, no
+    early write): the plain path the others must agree with."""
+    mem._embed_overlapped = lambda texts: mem.embedder.embed(texts)  # type: ignore[method-assign]
+
+
+def stored(mem: MemoryTree, ids: Sequence[str]) -> dict[str, np.ndarray]:
+    with mem.store.reading() as conn:
+        return mem.store.embeddings(conn, list(ids))
+
+
+def state(mem: MemoryTree) -> tuple[Any, ...]:
+    with mem.store.reading() as conn:
+        seq = mem.store.last_seq(conn, mem.namespace)
+    nodes = [(n.id, n.content, n.version, round(n.confidence, 9), n.status) for n in mem.nodes(include_archived=True)]
+    return nodes, seq, mem.index.ids(mem.namespace)
+
+
+FACTS_EN = [
+    "The server migration is scheduled for Friday night.",
+    "Server migration is scheduled for Friday night.",
+    "The backup finished at 02:00 without errors.",
+    "Alice prefers the staging cluster for load tests.",
+    "The load balancer config was rolled back.",
+    "The server migration was moved to Saturday night.",
+]
+FACTS_ZH = [
+    "报销单已经提交给财务部门审批。",
+    "报销单已经提交给财务部门审批了。",
+    "机票改签到周五下午三点。",
+    "张伟更喜欢靠窗的座位。",
+    "酒店预订已经确认，共三晚。",
+    "报销单被财务部门退回，需要补发票。",
+]
+
+
+@pytest.mark.parametrize("facts", [FACTS_EN, FACTS_ZH], ids=["en", "zh"])
+def test_single_adds_store_their_real_embeddings(open_memory, embedder, facts):
+    mem = open_memory()
+    mem.add("Trip and expenses" if facts is FACTS_EN else "出差与报销", type="task", parent=ROOT)
+    written = [mem.add(f, type="fact") for f in facts]
+    new = [n for n in written if not n.merged]
+    assert len(new) >= 4  # most go the early way: no stored twin passes the word tests
+    vectors = stored(mem, [n.id for n in new])
+    want = embedder.embed([n.content for n in new])
+    for n, v in zip(new, want, strict=True):
+        np.testing.assert_allclose(vectors[n.id], v, atol=1e-5)
+        assert float(np.linalg.norm(vectors[n.id])) == pytest.approx(1.0, abs=1e-4)  # never the placeholder
+    mem.flush()
+    top = mem.index.query(mem.namespace, want[-1:], 1)[0]  # the index got the real vector too
+    assert top[0][0] == new[-1].id
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.lists(st.integers(0, len(FACTS_EN) + len(FACTS_ZH) - 1), min_size=4, max_size=14),
+       crowd=st.integers(0, 11))
+def test_the_early_write_decides_every_twin_as_embedding_first_does(open_memory, tmp_path_factory, order, crowd):
+    """The same adds, into a memory that embeds first and one that reads ahead and
+    writes early: the same merges, the same stored embeddings. ``crowd`` fills the
+    branch past what dedup compares, so both ways of finding the nearest are used."""
+    pool = FACTS_EN + FACTS_ZH
+    results = []
+    for ahead in (False, True):
+        mem = open_memory(folder=tmp_path_factory.mktemp("mem"))
+        if not ahead:
+            embed_first(mem)
+        mem.add("Migrate the production database server", type="task", parent=ROOT)
+        for i in range(crowd):
+            mem.add(f"Checklist item {i}: verify replica lag on node db-{i}.", type="fact")
+        got = [mem.add(pool[i], type="fact") for i in order]
+        live = mem.nodes()
+        vectors = stored(mem, [n.id for n in live])
+        # (ids are random: nodes are compared by what they hold)
+        results.append(([(n.merged, mem.get(n.id).content, n.confidence, n.version) for n in got],
+                        {n.content: vectors[n.id] for n in live}))
+    (merges_a, vecs_a), (merges_b, vecs_b) = results
+    assert merges_a == merges_b
+    assert sorted(vecs_a) == sorted(vecs_b)
+    for content, v in vecs_a.items():
+        np.testing.assert_allclose(v, vecs_b[content], atol=1e-5)
+
+
+def test_a_twin_found_by_its_vector_still_merges(open_memory):
+    """A candidate passes the word tests, so the write waits for the vector."""
+    mem = open_memory()
+    mem.add("Migrate the production database server", type="task", parent=ROOT)
+    first = mem.add(FACTS_EN[0], type="fact")
+    again = mem.add(FACTS_EN[1], type="fact")
+    assert again.merged and again.id == first.id
+
+
+@pytest.mark.parametrize("contents", [["Book the hotel for the offsite."], ["报销单已经提交给财务部门审批。"],
+                                      ["One.", "Two.", "Three."]], ids=["en", "zh", "batch"])
+def test_a_failed_embedding_writes_nothing(open_memory, embedder, contents):
+    spy = Spy(embedder, fail_on=contents[-1])
+    mem = open_memory(embedder_=spy)
+    mem.add("Plan the offsite", type="task", parent=ROOT)
+    mem.add("The offsite is in Lisbon.", type="fact")
+    before = state(mem)
+    with pytest.raises(RuntimeError, match="the embedder failed"):
+        mem.add_many([{"content": c, "type": "fact"} for c in contents])
+    assert state(mem) == before
+    assert mem.add("The venue holds forty people.", type="fact").merged is False  # the handle still works
+
+
+def test_small_writes_embed_on_the_worker_and_close_stops_it(open_memory, embedder):
+    spy = Spy(embedder)
+    mem = open_memory(embedder_=spy)
+    mem.add("Plan the offsite", type="task", parent=ROOT)
+    calls = len(spy.threads)
+    mem.add_many([{"content": f"Offsite detail number {i}.", "type": "fact"} for i in range(tree.READ_AHEAD_ITEMS)])
+    mem.add_many([{"content": f"Agenda line number {i}.", "type": "event"} for i in range(tree.READ_AHEAD_ITEMS + 1)])
+    worker, caller = spy.threads[calls:]
+    assert worker.name.startswith("hybrid-memory-embed") and worker is not threading.current_thread()
+    assert caller is threading.current_thread()  # a larger batch embeds before its transaction
+    assert len(mem.nodes()) == 2 * tree.READ_AHEAD_ITEMS + 2
+    mem.close()
+    assert not worker.is_alive()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_small_batch_writes_what_embedding_first_writes(open_memory, tmp_path_factory, lang):
+    """Batches read ahead on the worker's time, with twins inside the batch and
+    against stored memories, and items under earlier items of the batch: the same
+    nodes, merges and embeddings as embedding first."""
+    pool = FACTS_EN if lang == "en" else FACTS_ZH
+    batches: list[list[dict[str, Any]]] = [[{"key": "t", "content": "Offsite" if lang == "en" else "团建", "type": "task",
+                                             "parent": ROOT}]]
+    for b in range(6):
+        batches.append([{"content": pool[(b + i) % len(pool)] if i % 2 == 0 else f"Note {b}-{i} about the offsite.",
+                         "type": "fact", "parent": "t" if b == 0 else None} for i in range(1 + b)])
+    batches[1].insert(0, batches[0].pop())  # the task and its first facts in one batch
+    got = []
+    for ahead in (False, True):
+        mem = open_memory(folder=tmp_path_factory.mktemp("mem"))
+        if not ahead:
+            embed_first(mem)
+        mem.add(pool[0], type="fact", parent=ROOT)
+        out = [n for batch in batches if batch for n in mem.add_many(batch)]
+        live = mem.nodes()
+        vectors = stored(mem, [x.id for x in live])
+        got.append(([(x.merged, mem.get(x.id).content) for x in out], {x.content: vectors[x.id] for x in live}))
+    assert got[0][0] == got[1][0]
+    assert sum(m for m, _ in got[1][0]) >= 5  # the pool's lines come back: merged
+    assert sorted(got[0][1]) == sorted(got[1][1])
+    for content, v in got[0][1].items():
+        np.testing.assert_allclose(v, got[1][1][content], atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_embedders_answer_threads_as_they_answer_one(embedder: Any, backend: str) -> None:
+    """A write embeds on its worker while dedup asks the same embedder for coverage on
+    the caller's thread: concurrent calls must give what sequential calls give."""
+    from hybrid_memory import Config
+    from hybrid_memory.embed import make_embedder
+
+    e = embedder if backend == "torch" else make_embedder(Config.load(overrides={"embedding": {"backend": "onnx"}}).embedding)
+    texts = [f"{'word ' * (1 + i % 17)}item {i} 报销 {'单' * (i % 5)}" for i in range(24)]
+    batches = [texts[i : i + 1 + i % 6] for i in range(len(texts))]
+    want_vectors = [e.embed(b) for b in batches]
+    want_coverage = [e.coverage(t) for t in texts]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: a race shows up in a few rounds
+    try:
+        _race(e, batches, texts, want_vectors, want_coverage)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _race(e: Any, batches: list[list[str]], texts: list[str], want_vectors: list[Any], want_coverage: list[float]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(10):
+            calls = [(pool.submit(e.embed, b), pool.submit(e.coverage, t)) for b, t in zip(batches, texts, strict=True)]
+            for (vectors, coverage), want_v, want_c in zip(calls, want_vectors, want_coverage, strict=True):
+                np.testing.assert_allclose(vectors.result(), want_v, atol=1e-5)
+                assert coverage.result() == want_c
