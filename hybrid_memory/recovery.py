@@ -3,12 +3,14 @@ after every write and at open, ``verify``, ``repair`` and ``reindex``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from sqlalchemy.engine import Connection
 
 from .model import Drift
 from .store.sql import SqlStore
@@ -64,16 +66,21 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
 
 
 def nearest(store: SqlStore, index: VectorIndex, namespace: str, vectors: np.ndarray[Any, Any],
-            n: int) -> list[list[tuple[str, float]]]:
+            n: int, conn: Connection | None = None) -> list[list[tuple[str, float]]]:
     """The ``n`` nearest nodes (id, cosine) of each vector, best first: the index's
     answer, merged with the nodes whose index write still waits in the outbox,
     scored exactly from their stored embeddings (so a write is found before the
-    index has it). Index failures propagate."""
+    index has it). Index failures propagate. ``conn``: read the outbox in that
+    read transaction instead of a new one.
+
+    The outbox is read before the index is asked: a write applied to the index in
+    between (by a drain here or in another process) is then found in one or both,
+    where the other order could miss it in both."""
     matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    with store.reading() if conn is None else contextlib.nullcontext(conn) as c:
+        ids = store.pending_upserts(c, namespace)
+        stored = store.embeddings(c, ids) if ids else {}
     found = index.query(namespace, matrix, n)
-    with store.reading() as conn:
-        ids = store.pending_upserts(conn, namespace)
-        stored = store.embeddings(conn, ids) if ids else {}
     if not stored:
         return found
     keys = list(stored)

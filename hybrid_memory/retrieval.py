@@ -56,8 +56,12 @@ class Retriever:
     def __init__(
         self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str,
         pending: Callable[[], Mapping[str, tuple[int, float]]] = dict,
+        embed_later: Callable[[list[str]], Callable[[], np.ndarray[Any, Any]]] | None = None,
     ) -> None:
         self.store = store
+        #: Starts embedding texts and returns what waits for the vectors: the query is
+        #: embedded on another thread while the lexical channel reads (default: here).
+        self.embed_later = embed_later or (lambda texts: _ready(embedder.embed(texts)))
         #: The handle's buffered reads (node id -> (count, last time)), not yet written.
         self.pending = pending
         self.index = index
@@ -70,17 +74,19 @@ class Retriever:
 
     def search(self, query: str, *, k: int, budget: int, branches: int, now: float) -> Recall:
         r = self.config.retrieval
-        qvec = self.embedder.embed([query])[0]
-        dense_mix = r.dense_share * self.embedder.coverage(query)
-        try:
-            dense_hits = dict(nearest(self.store, self.index, self.namespace, qvec[None, :], r.candidates)[0])
-        except Exception as exc:  # the index is derived; lexical search still answers
-            log.warning("vector index unavailable, lexical retrieval only: %s", exc)
-            dense_hits = {}
+        vector = self.embed_later([query])
         with self.store.reading() as conn:
+            # The lexical channel needs no vector: it reads while the query embeds.
             qterms = list(dict.fromkeys(text.terms(query)))
             words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count)
             lex_top = _top(words.lexical, r.candidates, lambda ids: self.store.tie_keys(conn, ids))
+            qvec = vector()[0]
+            dense_mix = r.dense_share * self.embedder.coverage(query)
+            try:
+                dense_hits = dict(nearest(self.store, self.index, self.namespace, qvec[None, :], r.candidates, conn)[0])
+            except Exception as exc:  # the index is derived; lexical search still answers
+                log.warning("vector index unavailable, lexical retrieval only: %s", exc)
+                dense_hits = {}
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
                                             embedding=True)
             words.complete(cand_rows)
@@ -350,6 +356,10 @@ class _QueryWords:
         self.postings.extend(more)
         for term, node_id, _ in more:
             self.lexical[node_id] += self._part[term]
+
+
+def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
+    return lambda: vectors
 
 
 def rank_key(s: _Ranked) -> tuple[float, float, str]:

@@ -131,7 +131,7 @@ class MemoryTree:
         self._pending_access: dict[str, tuple[int, float]] = {}
         self._worker: ThreadPoolExecutor | None = None  # embeds small batches while their write reads
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace,
-                                    pending=lambda: self._pending_access)
+                                    pending=lambda: self._pending_access, embed_later=self._embed_later)
         self._writer = Writer(
             store=store, index=index, embedder=embedder, config=self.config,
             namespace=self.namespace, session=self.session, clock=clock,
@@ -448,6 +448,14 @@ class MemoryTree:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-embed")
         return Embedding([self._worker.submit(self.embedder.embed, texts)], len(texts))
+
+    def _embed_later(self, texts: list[str]) -> Callable[[], np.ndarray[Any, Any]]:
+        """Start embedding ``texts`` (on the worker thread when they are few) and
+        return what waits for their vectors."""
+        vectors = self._embed_overlapped(texts)
+        if isinstance(vectors, Embedding):
+            return vectors.all
+        return lambda: vectors
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
         """Whether two contents are near-identical by the dedup rule: they hold the same

@@ -267,3 +267,47 @@ def test_index_writes_wait_for_a_batch_and_nothing_written_is_missed_meanwhile(o
     # Reading through MemoryTree.index applies what waits first.
     extra = other.add("Return flight on Friday evening", type="fact")
     assert extra.id in other.index.ids(other.namespace)
+
+
+class _DrainedWhileAsked:
+    """A Chroma index that another process drains while a query runs: the query
+    answers from before the drain, the outbox is read after it."""
+
+    def __init__(self, inner: Any, store: Any) -> None:
+        self.inner, self.store, self.armed = inner, store, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def query(self, namespace: str, vectors: Any, n: int) -> Any:
+        answer = self.inner.query(namespace, vectors, n)
+        if self.armed:
+            self.armed = False
+            from hybrid_memory.recovery import drain_outbox
+
+            drain_outbox(self.store, self.inner, namespace)
+        return answer
+
+
+@pytest.mark.parametrize("content", ["The invoice INV-77 was paid on Monday.", "发票INV-77已在周一付款。"], ids=["en", "zh"])
+def test_a_write_drained_during_a_query_is_still_found(tmp_path: Path, embedder: Any, content: str) -> None:
+    from hybrid_memory import Config
+    from hybrid_memory.store.sql import SqlStore
+    from hybrid_memory.store.vectors import ChromaIndex
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'memory.db'}")
+    index = _DrainedWhileAsked(ChromaIndex(tmp_path / "chroma"), store)
+    mem = MemoryTree.open(tmp_path, store=store, index=index, embedder=embedder,  # type: ignore[arg-type]
+                          config=Config.load(overrides={"write": {"index_batch": 16}}))
+    try:
+        mem.add("Pay the supplier", type="task", parent=ROOT)
+        node = mem.add(content, type="fact")  # waits in the outbox for its batch
+        vec = embedder.embed([content])
+        index.armed = True
+        from hybrid_memory.recovery import nearest
+
+        ids = [i for i, _ in nearest(store, index, mem.namespace, vec, 5)[0]]
+        assert node.id in ids
+        assert index.inner.ids(mem.namespace) >= {node.id}  # the drain did happen in between
+    finally:
+        mem.close()
