@@ -54,6 +54,7 @@ class WriteConfig:
     focus_new_tasks: bool
     checkpoint_on_focus: bool
     index_batch: int
+    overlap_embedding: bool
 
 
 @dataclass(frozen=True)

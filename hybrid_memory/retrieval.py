@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from . import text
 from .config import Config
@@ -84,6 +85,8 @@ class Retriever:
             dense_mix = r.dense_share * self.embedder.coverage(query)
             try:
                 dense_hits = dict(nearest(self.store, self.index, self.namespace, qvec[None, :], r.candidates, conn)[0])
+            except SQLAlchemyError:
+                raise  # the relational store failed (its transaction may be aborted): not the index
             except Exception as exc:  # the index is derived; lexical search still answers
                 log.warning("vector index unavailable, lexical retrieval only: %s", exc)
                 dense_hits = {}

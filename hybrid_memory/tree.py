@@ -129,7 +129,11 @@ class MemoryTree:
         self._clock = clock
         self._closed = False
         self._pending_access: dict[str, tuple[int, float]] = {}
-        self._worker: ThreadPoolExecutor | None = None  # embeds small batches while their write reads
+        # Embeds small writes and queries while their transaction reads (the thread
+        # starts with the first task); the first embedding of a handle runs in the
+        # caller, so a model's load never happens inside a transaction.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-embed")
+        self._embedded = False
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace,
                                     pending=lambda: self._pending_access, embed_later=self._embed_later)
         self._writer = Writer(
@@ -285,8 +289,7 @@ class MemoryTree:
                 log.warning("index writes left in the outbox at close: %s", exc)
         finally:
             self._closed = True
-            if self._worker is not None:
-                self._worker.shutdown(wait=True)
+            self._worker.shutdown(wait=True)
             self._index.close()
             self.store.close()
 
@@ -439,15 +442,19 @@ class MemoryTree:
         """The vectors of ``texts``. A batch of at most :data:`READ_AHEAD_ITEMS` is
         embedded on this handle's worker thread while the write transaction reads
         what needs no vector (the embedders release the interpreter lock while they
-        compute), and a single add that its words settle is written meanwhile. A
-        larger batch is embedded here, before its transaction: its embedding is long
-        enough that holding the write lock through it would stall other writers, and
-        its reads are a small share of it."""
-        if len(texts) > READ_AHEAD_ITEMS:
-            return self.embedder.embed(texts)
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-embed")
-        return Embedding([self._worker.submit(self.embedder.embed, texts)], len(texts))
+        compute), and a single add that its words settle is written meanwhile
+        (``write.overlap_embedding``). A larger batch is embedded here, before its
+        transaction: its embedding is long enough that holding the write lock
+        through it would stall other writers, and its reads are a small share of
+        it. So is the handle's first embedding, which may load the model."""
+        if len(texts) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded:
+            vectors = self.embedder.embed(texts)
+            self._embedded = True
+            return vectors
+        try:
+            return Embedding([self._worker.submit(self.embedder.embed, texts)], len(texts))
+        except RuntimeError:  # the worker was shut down: close() ran meanwhile
+            raise ClosedError("this MemoryTree is closed") from None
 
     def _embed_later(self, texts: list[str]) -> Callable[[], np.ndarray[Any, Any]]:
         """Start embedding ``texts`` (on the worker thread when they are few) and

@@ -155,8 +155,9 @@ class Writer:
         be one of them, and its merge is logged after them).
 
         ``vectors`` may be an :class:`Embedding` still running on another thread: the
-        reads that need no vector are done first (:meth:`_read_ahead`), and each item
-        waits only for its own chunk."""
+        reads that need no vector are done first (:meth:`_read_ahead`), then the
+        items wait for it (a single item that :meth:`_settled_by_words` settles is
+        written first and gets its vector before the commit)."""
         ns, cfg = self.namespace, self.config
         active_id = self.store.get_cursor(conn, ns, self.session)
         seen = _Seen(self, conn, prepared, active_id)
@@ -430,8 +431,8 @@ class Writer:
 
 
 class Embedding:
-    """The vectors of a batch's texts, being embedded on another thread, in chunks
-    (in order): iterating waits for each chunk as its first row is needed."""
+    """The vectors of a batch's texts, being embedded on another thread (in chunks,
+    in order): iterating waits for each chunk as its first row is needed."""
 
     def __init__(self, chunks: Sequence[Future[np.ndarray[Any, Any]]], n: int) -> None:
         self._chunks, self._n = list(chunks), n

@@ -51,6 +51,17 @@ def embed_first(mem: MemoryTree) -> None:
     mem._embed_overlapped = lambda texts: mem.embedder.embed(texts)  # type: ignore[method-assign]
 
 
+def ops(mem: MemoryTree) -> list[str]:
+    """The operation log's kinds of entry, in order."""
+    from sqlalchemy import select
+
+    from hybrid_memory.store.sql import oplog
+
+    with mem.store.reading() as conn:
+        return list(conn.execute(select(oplog.c.op).where(oplog.c.namespace == mem.namespace)
+                                 .order_by(oplog.c.seq)).scalars())
+
+
 def stored(mem: MemoryTree, ids: Sequence[str]) -> dict[str, np.ndarray]:
     with mem.store.reading() as conn:
         return mem.store.embeddings(conn, list(ids))
@@ -70,6 +81,7 @@ FACTS_EN = [
     "Alice prefers the staging cluster for load tests.",
     "The load balancer config was rolled back.",
     "The server migration was moved to Saturday night.",
+    "The backup finished at 03:00 without errors.",  # the same words as one above, another figure
 ]
 FACTS_ZH = [
     "报销单已经提交给财务部门审批。",
@@ -78,16 +90,21 @@ FACTS_ZH = [
     "张伟更喜欢靠窗的座位。",
     "酒店预订已经确认，共三晚。",
     "报销单被财务部门退回，需要补发票。",
+    "机票改签到周五下午四点。",
 ]
 
 
 @pytest.mark.parametrize("facts", [FACTS_EN, FACTS_ZH], ids=["en", "zh"])
-def test_single_adds_store_their_real_embeddings(open_memory, embedder, facts):
+def test_single_adds_store_their_real_embeddings(open_memory, embedder, facts, monkeypatch):
     mem = open_memory()
+    late: list[str] = []
+    set_embeddings = mem.store.set_embeddings
+    monkeypatch.setattr(mem.store, "set_embeddings", lambda conn, pairs: (late.extend(i for i, _ in pairs),
+                                                                           set_embeddings(conn, pairs)))
     mem.add("Trip and expenses" if facts is FACTS_EN else "出差与报销", type="task", parent=ROOT)
     written = [mem.add(f, type="fact") for f in facts]
     new = [n for n in written if not n.merged]
-    assert len(new) >= 4  # most go the early way: no stored twin passes the word tests
+    assert len(late) >= 4 and set(late) <= {n.id for n in new}  # most went the early way
     vectors = stored(mem, [n.id for n in new])
     want = embedder.embed([n.content for n in new])
     for n, v in zip(new, want, strict=True):
@@ -119,9 +136,10 @@ def test_the_early_write_decides_every_twin_as_embedding_first_does(open_memory,
         vectors = stored(mem, [n.id for n in live])
         # (ids are random: nodes are compared by what they hold)
         results.append(([(n.merged, mem.get(n.id).content, n.confidence, n.version) for n in got],
-                        {n.content: vectors[n.id] for n in live}))
-    (merges_a, vecs_a), (merges_b, vecs_b) = results
+                        {n.content: vectors[n.id] for n in live}, ops(mem), mem.active.content))
+    (merges_a, vecs_a, ops_a, active_a), (merges_b, vecs_b, ops_b, active_b) = results
     assert merges_a == merges_b
+    assert (ops_a, active_a) == (ops_b, active_b)
     assert sorted(vecs_a) == sorted(vecs_b)
     for content, v in vecs_a.items():
         np.testing.assert_allclose(v, vecs_b[content], atol=1e-5)
@@ -163,6 +181,19 @@ def test_small_writes_embed_on_the_worker_and_close_stops_it(open_memory, embedd
     assert len(mem.nodes()) == 2 * tree.READ_AHEAD_ITEMS + 2
     mem.close()
     assert not worker.is_alive()
+
+
+def test_the_first_embedding_and_the_setting_keep_it_in_the_caller(open_memory, embedder):
+    """A handle's first embedding (which may load the model) runs before any
+    transaction, in the caller; so does every one with write.overlap_embedding off."""
+    for overlap in (True, False):
+        spy = Spy(embedder)
+        mem = open_memory(namespace=f"o{overlap}", embedder_=spy, write={"overlap_embedding": overlap})
+        mem.add("Plan the offsite", type="task", parent=ROOT)
+        mem.add("The offsite is in Lisbon.", type="fact")
+        mem.retrieve("Where is the offsite?")
+        here = [t is threading.current_thread() for t in spy.threads]
+        assert here == ([True, False, False] if overlap else [True, True, True])
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

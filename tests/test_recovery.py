@@ -289,8 +289,10 @@ class _DrainedWhileAsked:
         return answer
 
 
+@pytest.mark.parametrize("own_read", [True, False], ids=["own-read", "caller-read"])
 @pytest.mark.parametrize("content", ["The invoice INV-77 was paid on Monday.", "发票INV-77已在周一付款。"], ids=["en", "zh"])
-def test_a_write_drained_during_a_query_is_still_found(tmp_path: Path, embedder: Any, content: str) -> None:
+def test_a_write_drained_during_a_query_is_still_found(tmp_path: Path, embedder: Any, content: str,
+                                                       own_read: bool) -> None:
     from hybrid_memory import Config
     from hybrid_memory.store.sql import SqlStore
     from hybrid_memory.store.vectors import ChromaIndex
@@ -306,7 +308,11 @@ def test_a_write_drained_during_a_query_is_still_found(tmp_path: Path, embedder:
         index.armed = True
         from hybrid_memory.recovery import nearest
 
-        ids = [i for i, _ in nearest(store, index, mem.namespace, vec, 5)[0]]
+        if own_read:
+            ids = [i for i, _ in nearest(store, index, mem.namespace, vec, 5)[0]]
+        else:  # the outbox read in the caller's read transaction, as retrieval does
+            with store.reading() as conn:
+                ids = [i for i, _ in nearest(store, index, mem.namespace, vec, 5, conn)[0]]
         assert node.id in ids
         assert index.inner.ids(mem.namespace) >= {node.id}  # the drain did happen in between
     finally:
