@@ -452,7 +452,7 @@ class MemoryTree:
             self._embedded = True
             return vectors
         try:
-            return Embedding([self._worker.submit(self.embedder.embed, texts)], len(texts))
+            return Embedding(self._worker.submit(self.embedder.embed, texts))
         except RuntimeError:  # the worker was shut down: close() ran meanwhile
             raise ClosedError("this MemoryTree is closed") from None
 

@@ -252,18 +252,13 @@ class Writer:
         if parent_row is None:
             return True
         branch = seen.branch_info(parent_row)[0]
-        for h in self.store.content_hashes(p.content):
-            if any(r["branch_id"] == branch and r["type"] == p.type.value for r in seen.by_hash.get(h, ())):
-                return True
+        if seen.exact_twin(p, branch) is not None:
+            return True
         group = seen.read_group(branch, p.type.value, d.candidates)
         if group is None or len(group[0]) > d.candidates:
             return False
-        mine = set(text.terms(p.content))
-        figures = text.figures(p.content)
-        for row in seen.near_rows(group[0], branch, p.type.value):
-            if text.jaccard(set(text.terms(row["content"])), mine) >= d.lexical and text.figures(row["content"]) == figures:
-                return False
-        return True
+        return all(self._word_overlap(row["content"], p.content) is None
+                   for row in seen.near_rows(group[0], branch, p.type.value))
 
     def _read_ahead(self, conn: Connection, seen: _Seen, prepared: Sequence[Prepared], active_id: str | None,
                     fanout: dict[str | None, int]) -> None:
@@ -347,10 +342,9 @@ class Writer:
         from_index: Callable[[], Sequence[tuple[str, float]]],
     ) -> RowMap | None:
         # (a task heads its own branch; two tasks are never twins: not asked)
-        for h in self.store.content_hashes(p.content):
-            for r in seen.by_hash.get(h, ()):
-                if r["branch_id"] == branch and r["type"] == p.type.value:
-                    return r
+        exact = seen.exact_twin(p, branch)
+        if exact is not None:
+            return exact
         lexical = self.config.dedup.lexical
         for row in earlier:  # earlier items of this batch in the same branch, of the same type
             if text.jaccard(row["term_set"], term_set) >= lexical and self.is_twin(
@@ -366,12 +360,20 @@ class Writer:
         """Whether two contents are near-identical by the dedup rule: their lexical
         overlap reaches ``dedup.lexical`` and their blended similarity (the cosine
         trusted as far as the embedder covers both texts) reaches ``dedup.similarity``."""
-        d = self.config.dedup
-        overlap = text.overlap(a, b)
-        if overlap < d.lexical or text.figures(a) != text.figures(b):
+        overlap = self._word_overlap(a, b)
+        if overlap is None:
             return False
         coverage = min(self.embedder.coverage(a), self.embedder.coverage(b))
-        return blend(cosine, overlap, coverage) >= d.similarity
+        return blend(cosine, overlap, coverage) >= self.config.dedup.similarity
+
+    def _word_overlap(self, a: str, b: str) -> float | None:
+        """The dedup rule's word tests, which no cosine makes up for: the lexical
+        overlap of the two texts when it reaches ``dedup.lexical`` and they hold the
+        same figures, else None."""
+        overlap = text.overlap(a, b)
+        if overlap < self.config.dedup.lexical or text.figures(a) != text.figures(b):
+            return None
+        return overlap
 
     def _reinforce(self, conn: Connection, twin: RowMap, p: Prepared) -> Node:
         d = self.config.dedup
@@ -431,22 +433,17 @@ class Writer:
 
 
 class Embedding:
-    """The vectors of a batch's texts, being embedded on another thread (in chunks,
-    in order): iterating waits for each chunk as its first row is needed."""
+    """The vectors of a batch's texts, being embedded on another thread: iterating
+    (or :meth:`all`) waits for them."""
 
-    def __init__(self, chunks: Sequence[Future[np.ndarray[Any, Any]]], n: int) -> None:
-        self._chunks, self._n = list(chunks), n
-
-    def __len__(self) -> int:
-        return self._n
+    def __init__(self, future: Future[np.ndarray[Any, Any]]) -> None:
+        self._future = future
 
     def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
-        for chunk in self._chunks:
-            yield from chunk.result()
+        return iter(self.all())
 
     def all(self) -> np.ndarray[Any, Any]:
-        """Every vector (waits for the last chunk)."""
-        return np.concatenate([c.result() for c in self._chunks])
+        return self._future.result()
 
 
 #: A branch holding at most this many live memories of a type is scored whole for a
@@ -491,6 +488,14 @@ class _Seen:
             for r in self._store.find_by_hashes(conn, writer.namespace, hashes, heads):
                 self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
 
+    def exact_twin(self, p: Prepared, branch: str) -> RowMap | None:
+        """A stored live memory of ``branch`` with ``p``'s type and content."""
+        for h in self._store.content_hashes(p.content):
+            for r in self.by_hash.get(h, ()):
+                if r["branch_id"] == branch and r["type"] == p.type.value:
+                    return r
+        return None
+
     def nearest(self, branch: str, ntype: str, vec: np.ndarray[Any, Any],
                 from_index: Callable[[], Sequence[tuple[str, float]]]) -> list[tuple[RowMap, float]]:
         """The stored live memories of ``branch`` and type ``ntype`` nearest to ``vec``
@@ -509,16 +514,9 @@ class _Seen:
             sims = matrix @ np.asarray(vec, dtype=np.float32)
             top = np.argsort(-sims, kind="stable")[:n]
             pairs = [(ids[j], float(sims[j])) for j in top]
-        missing = [i for i, _ in pairs if i not in self._near]
-        if missing:
-            found = self._store.get_many(self._conn, missing, live_only=True)
-            self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
-        out = []
-        for node_id, cosine in pairs:
-            row = self._near[node_id]
-            if row is not None and row["branch_id"] == branch and row["type"] == ntype:
-                out.append((row, cosine))
-        return out
+        self._read_near([i for i, _ in pairs])
+        rows = {r["id"]: r for r in self.near_rows([i for i, _ in pairs], branch, ntype)}
+        return [(rows[i], cosine) for i, cosine in pairs if i in rows]
 
     def read_group(self, branch: str, ntype: str, rows_up_to: int = 0
                    ) -> tuple[list[str], np.ndarray[Any, Any]] | None:
@@ -530,12 +528,16 @@ class _Seen:
         if key not in self._groups:
             self._groups[key] = self._store.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
         group = self._groups[key]
-        if group is not None and 0 < len(group[0]) <= rows_up_to:
-            missing = [i for i in group[0] if i not in self._near]
-            if missing:
-                found = self._store.get_many(self._conn, missing, live_only=True)
-                self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
+        if group is not None and len(group[0]) <= rows_up_to:
+            self._read_near(group[0])
         return group
+
+    def _read_near(self, ids: Sequence[str]) -> None:
+        """Read the rows of ``ids`` not read yet as dedup candidates (None: not live)."""
+        missing = [i for i in ids if i not in self._near]
+        if missing:
+            found = self._store.get_many(self._conn, missing, live_only=True)
+            self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
 
     def near_rows(self, ids: Sequence[str], branch: str, ntype: str) -> list[RowMap]:
         """The rows of ``ids`` read as dedup candidates that are still live, in
