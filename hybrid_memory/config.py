@@ -64,6 +64,8 @@ class DedupConfig:
     lexical: float
     candidates: int
     confidence_step: float
+    supersede: float
+    supersede_words: float
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class RetrievalConfig:
     common_postings: int
     small_memory: bool
     by_family: bool
+    family_dense: float
+    unnamed: float
+    named_df: int
     spread_branches: int
     branch_quota: int
     quota_similarity: float
@@ -260,6 +265,8 @@ def _validate(c: Config) -> None:
     unit(c.dedup.similarity, "dedup.similarity")
     unit(c.dedup.lexical, "dedup.lexical")
     unit(c.dedup.confidence_step, "dedup.confidence_step")
+    unit(c.dedup.supersede, "dedup.supersede")
+    unit(c.dedup.supersede_words, "dedup.supersede_words")
     r = c.retrieval
     for value, name in (
         (r.branch_ratio, "branch_ratio"),
@@ -273,6 +280,8 @@ def _validate(c: Config) -> None:
         (r.dense_share, "dense_share"),
         (r.min_similarity, "min_similarity"),
         (r.standing_min_weight, "standing_min_weight"),
+        (r.family_dense, "family_dense"),
+        (r.unnamed, "unnamed"),
     ):
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):
@@ -281,6 +290,8 @@ def _validate(c: Config) -> None:
         raise ConfigError("write.index_batch must be >= 1")
     if c.write.max_depth < 1 or c.write.max_children < 1:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
+    if r.named_df < 0:
+        raise ConfigError("retrieval.named_df must be >= 0")
     if r.common_postings < 0:
         raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:

@@ -187,6 +187,8 @@ def describe(op: Op) -> str:
         return ", ".join(parts) + f" (v{p.get('version')})"
     if k == "feedback":
         return f"importance={p.get('importance', 0):.2f} confidence={p.get('confidence', 0):.2f}"
+    if k == "supersede":
+        return f"superseded by {str(p.get('by', ''))[:8]}: importance={p.get('importance', 0):.2f}"
     if k == "pin":
         return "pinned" if p.get("pinned") else "unpinned"
     if k == "move":
@@ -446,6 +448,12 @@ class _Replay:
         n["version"] += 1
         n["accessed_at"] = max(n["accessed_at"], o.ts)
 
+    def op_supersede(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
+        n = self._node(o.node_id)
+        if n is None:
+            return
+        n["importance"], n["version"] = p["importance"], p["version"]
+
     def op_pin(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         n = self._node(o.node_id)
         if n is None:
@@ -547,6 +555,7 @@ _HANDLERS: dict[str, Any] = {
     "merge": _Replay.op_merge,
     "update": _Replay.op_update,
     "feedback": _Replay.op_feedback,
+    "supersede": _Replay.op_supersede,
     "pin": _Replay.op_pin,
     "move": _Replay.op_move,
     "focus": _Replay.op_focus,

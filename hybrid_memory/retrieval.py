@@ -100,7 +100,10 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec))
 
-            scored_branches = _branch_scores(cand_rows, postings, dense_hits, lexical, dense_mix, r.by_family)
+            # The identifiers the question names: terms with a digit that few memories hold.
+            named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
+            scored_branches = _branch_scores(cand_rows, postings, dense_hits, lexical, dense_mix, r.by_family,
+                                             family_dense=r.family_dense, named=named, unnamed=r.unnamed)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
@@ -333,17 +336,29 @@ class _QueryWords:
     def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int,
                  live_count: Callable[[Connection], int] | None = None) -> None:
         self._store, self._conn, self._namespace = store, conn, namespace
-        self.df = store.term_df(conn, namespace, qterms)
+        # A word is looked up in all its inflections ("reproduce": "reproduced"...),
+        # which count as the word itself from here on.
+        self._word_of: dict[str, str] = {}
+        for t in qterms:
+            for form in sorted(text.word_forms(t)):
+                self._word_of.setdefault(form, t)
+        df: dict[str, int] = defaultdict(int)
+        for form, n in store.term_df(conn, namespace, list(self._word_of)).items():
+            df[self._word_of[form]] += n
         #: The query's words the namespace knows.
-        self.known = [t for t in qterms if t in self.df]
+        self.known = [t for t in qterms if t in df]
         count = live_count or (lambda c: store.live_count(c, namespace))
         n_docs = count(conn) if self.known else 0
+        # A memory holding two forms of a word ("bike", "bikes") is counted by each:
+        # a listed word is counted again off its postings, a common one is capped.
+        self.df = {t: min(n, n_docs) for t, n in df.items()}
+        listed = [t for t in self.known if not common or self.df[t] <= common]
+        self._common = [t for t in self.known if t not in listed]
+        self.postings: list[Posting] = self._read(listed)
+        self.df.update(Counter(term for term, _, _ in self.postings))
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
         total = sum(self.idf.values())
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
-        listed = [t for t in self.known if not common or self.df[t] <= common]
-        self._common = [t for t in self.known if t not in listed]
-        self.postings: list[Posting] = store.postings(conn, namespace, listed)
         self.lexical: dict[str, float] = defaultdict(float)
         for term, node_id, _ in self.postings:
             self.lexical[node_id] += self._part[term]
@@ -355,10 +370,21 @@ class _QueryWords:
         self._completed.update(todo)
         if not self._common or not todo:
             return
-        more = self._store.postings(self._conn, self._namespace, self._common, todo)
+        more = self._read(self._common, todo)
         self.postings.extend(more)
         for term, node_id, _ in more:
             self.lexical[node_id] += self._part[term]
+
+    def _read(self, words: Sequence[str], ids: Sequence[str] | None = None) -> list[Posting]:
+        """The postings of ``words`` (of the nodes ``ids`` only, when given), each form
+        read as its word: a node holding two forms of one word holds the word once,
+        with their frequencies added."""
+        wanted = set(words)
+        forms = [f for f, t in self._word_of.items() if t in wanted]
+        tf: dict[tuple[str, str], int] = defaultdict(int)
+        for form, node_id, n in self._store.postings(self._conn, self._namespace, forms, ids):
+            tf[(self._word_of[form], node_id)] += n
+        return [(term, node_id, n) for (term, node_id), n in tf.items()]
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
@@ -411,7 +437,8 @@ def _idf(n_docs: int, df: int) -> float:
 
 def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
-    lexical: Mapping[str, float], dense_mix: float, by_family: bool,
+    lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
+    family_dense: float = 1.0, named: frozenset[str] = frozenset(), unnamed: float = 1.0,
 ) -> list[tuple[float, str, int]]:
     """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
     first. A branch scores its best candidate's similarity plus a little for breadth.
@@ -421,8 +448,15 @@ def _branch_scores(
     candidates, and its branches are then told apart by the words they do not share:
     within the family those shared words weigh almost nothing (idf counted among the
     family's candidates), and the question's other words ("panel", "refund") decide
-    which branch comes first. Each branch gets the family's score times its share
-    of the best branch of the family.
+    which branch comes first, with the dense share of the blend multiplied by
+    ``family_dense``: the embeddings of one family's memories are close to each other
+    and to the question because of what they share. Each branch gets the family's
+    score times its share of the best branch of the family.
+
+    ``named``: the identifiers the question names (a ticket number, say). When some
+    candidates hold one, a family (or branch) none of whose candidates holds one is
+    about something else however alike it reads: its score is multiplied by
+    ``unnamed``.
     """
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
@@ -432,8 +466,11 @@ def _branch_scores(
         if p[1] in cand_rows:
             held[p[1]].append(p)
     out: list[tuple[float, str, int]] = []
+    holders = {node_id for term, node_id, _ in postings if term in named and node_id in cand_rows} if named else set()
     for members in groups.values():
         score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
+        if holders and not holders.intersection(members):
+            score *= unnamed
         count = Counter(row.branch_id for row in members.values())
         if len(count) == 1:
             out += [(score, b, n) for b, n in count.items()]
@@ -441,7 +478,7 @@ def _branch_scores(
         local = _idf_share([p for i in members for p in held[i]], len(members))
         sims: dict[str, list[float]] = defaultdict(list)
         for i, row in members.items():
-            sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix))
+            sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix * family_dense))
         inner = {b: _branch_score(v) for b, v in sims.items()}
         top = max(inner.values())
         out += [(score * inner[b] / top if top > 0 else score, b, n) for b, n in count.items()]

@@ -48,6 +48,40 @@ def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 
 
+_LOWER_LATIN = re.compile(r"^[a-z]+$")
+_VOWELS = frozenset("aeiou")
+
+
+def word_forms(term: str) -> frozenset[str]:
+    """The regular English inflections of a lexical term, itself included: a question
+    asks "reproduce", "switch" or "promise" where the memory wrote "reproduced",
+    "switched" or "promises". Plural and third person (-s, -es, -ies), past (-ed,
+    -d, -ied) and -ing, from the term's stem, with a doubled final consonant
+    ("stopped") and a dropped final e ("moving"). Stems shorter than four letters
+    are not formed ("news" is not "new"); numbers, ids and CJK terms stand alone.
+    Some forms are not words; they match nothing stored."""
+    if len(term) < 4 or not _LOWER_LATIN.match(term):
+        return frozenset((term,))
+    stems = set()
+    for suffix, put in (("ies", "y"), ("ied", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ed", "e"), ("d", ""),
+                        ("ing", ""), ("ing", "e")):
+        if term.endswith(suffix) and not (suffix == "s" and term.endswith("ss")):
+            stem = term[: -len(suffix)] + put
+            if len(stem) >= 4:
+                stems.add(stem)
+            if suffix in ("ed", "ing") and len(stem) >= 5 and stem[-1] == stem[-2] and stem[-1] not in _VOWELS:
+                stems.add(stem[:-1])  # stopped -> stop
+    forms = {term, *stems}
+    for stem in stems or (term,):
+        if stem.endswith("e"):
+            forms.update((stem + "s", stem + "d", stem[:-1] + "ing"))
+        elif stem.endswith("y") and stem[-2] not in _VOWELS:
+            forms.update((stem[:-1] + "ies", stem[:-1] + "ied", stem + "ing"))
+        else:
+            forms.update((stem + ("es" if stem.endswith(("s", "x", "z", "ch", "sh")) else "s"), stem + "ed", stem + "ing"))
+    return frozenset(forms)
+
+
 def overlap(a: str, b: str) -> float:
     """Jaccard similarity of the two texts' term sets (1.0 for two texts with no terms)."""
     return jaccard(set(terms(a)), set(terms(b)))

@@ -179,6 +179,7 @@ class Writer:
             return index_near[i]
 
         pending = _Pending(self, conn)
+        demoted: dict[str, tuple[float, str]] = {}  # id -> (lowered importance, superseded by)
         by_key: dict[str, RowMap] = {}
         all_counts = [text.term_counts(p.content) for p in prepared]
         term_sets = [set(c) for c in all_counts]
@@ -224,16 +225,53 @@ class Writer:
             if focus:
                 active_id = node_id
             self.fault("add_many_item")
+            if cfg.dedup.enabled and parent_row is not None and p.type in SUPERSEDING and cfg.dedup.supersede < 1:
+                key = (branch, p.type.value)
+                before: list[tuple[RowMap, set[str]]] = [(r, seen.terms_of(r)) for r in seen.read_rows(*key)]
+                before += [(r, r["term_set"]) for r in written.last(key, cfg.dedup.candidates)]
+                self._supersede(row, term_set, before, demoted)
             if cfg.dedup.enabled:
                 written.add((branch, p.type.value), dict(row, embedding_vec=vec, term_set=term_set))
             if p.key is not None:
                 by_key[p.key] = row
             out.append(node_from_row(row))
         pending.flush()
+        for node_id, (importance, by) in demoted.items():
+            fresh = self.store.get(conn, node_id)  # (a twin merged into it since it was read)
+            if fresh is None or fresh.status != Status.LIVE.value or fresh.importance <= importance:
+                continue
+            values = dict(importance=importance, version=fresh.version + 1)
+            self.store.update_node(conn, node_id, **values)
+            self.store.log(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
         if late is not None:
             got = late.all()
             self.store.set_embeddings(conn, [(n.id, to_blob(v)) for n, v in zip(out, got, strict=True) if not n.merged])
         return out
+
+    def _supersede(self, row: RowMap, term_set: set[str], earlier: Sequence[tuple[RowMap, set[str]]],
+                   demoted: dict[str, tuple[float, str]]) -> None:
+        """Lower the importance of the ``earlier`` memories (of the new ``row``'s branch
+        and type) that ``row`` restates or updates: it holds at least
+        ``dedup.supersede_words`` of their words (``earlier`` pairs each row with its
+        term set), each weighed by its rarity among the memories compared, so that the
+        id or the name every memory of a task carries counts for little. Pinned
+        memories keep theirs. The new importances are gathered in ``demoted`` and
+        written after the batch's rows."""
+        d = self.config.dedup
+        others = list({r["id"]: (r, words) for r, words in earlier if r["id"] != row["id"] and not r["pinned"]}.values())
+        if not others:
+            return
+        df = Counter(t for words in (*(w for _, w in others), term_set) for t in words)
+        n = len(others) + 1
+        cap = d.supersede * row["importance"]
+        for other, words in others:
+            if not words:
+                continue
+            weight = {t: math.log1p(n / df[t]) for t in words}
+            held = sum(w for t, w in weight.items() if t in term_set) / sum(weight.values())
+            current = demoted[other["id"]][0] if other["id"] in demoted else other["importance"]
+            if held >= d.supersede_words and current > cap:
+                demoted[other["id"]] = (cap, row["id"])
 
     def _settled_by_words(self, seen: _Seen, p: Prepared, active_id: str | None) -> bool:
         """Whether dedup can decide ``p`` (the only item of its batch) without its
@@ -450,6 +488,10 @@ class Embedding:
 #: new memory's twin (one read of their ids and embeddings); a larger one asks the
 #: vector index for the nearest neighbours instead.
 SCAN_LIMIT: Final = 2048
+#: The types a later memory of the same branch can supersede (dedup.supersede):
+#: what the agent knows. Events and states are not: an event does not undo an
+#: earlier one, and a branch's latest state stands for its earlier ones already.
+SUPERSEDING: Final = frozenset({NodeType.FACT, NodeType.PREFERENCE, NodeType.DECISION})
 
 
 class _Seen:
@@ -467,6 +509,8 @@ class _Seen:
         self.rows: dict[str, RowMap] = {}
         self._heads: dict[str, bool] = {}
         self._near: dict[str, RowMap | None] = {}  # dedup's candidate rows (None: not live)
+        self._near_by_key: dict[tuple[str, str], dict[str, RowMap]] = {}  # the live ones by (branch, type)
+        self._terms: dict[str, set[str]] = {}  # term sets of stored rows, by id
         self._groups: dict[tuple[str, str], tuple[list[str], np.ndarray[Any, Any]] | None] = {}
         self.by_hash: dict[str, list[RowMap]] = {}
         named = {p.parent.id if isinstance(p.parent, Node) else p.parent
@@ -532,12 +576,28 @@ class _Seen:
             self._read_near(group[0])
         return group
 
+    def read_rows(self, branch: str, ntype: str) -> list[RowMap]:
+        """The stored live memories of ``branch`` and type ``ntype`` whose rows this
+        batch has read: the whole group when it is no larger than dedup compares, else
+        the nearest that dedup read."""
+        return list(self._near_by_key.get((branch, ntype), {}).values())
+
+    def terms_of(self, row: RowMap) -> set[str]:
+        """The term set of a stored row's content, worked out once per batch."""
+        if row["id"] not in self._terms:
+            self._terms[row["id"]] = set(text.terms(row["content"]))
+        return self._terms[row["id"]]
+
     def _read_near(self, ids: Sequence[str]) -> None:
         """Read the rows of ``ids`` not read yet as dedup candidates (None: not live)."""
         missing = [i for i in ids if i not in self._near]
         if missing:
             found = self._store.get_many(self._conn, missing, live_only=True)
             self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
+            for i in missing:
+                if i in found:
+                    row = found[i]._mapping
+                    self._near_by_key.setdefault((row["branch_id"], row["type"]), {})[i] = row
 
     def near_rows(self, ids: Sequence[str], branch: str, ntype: str) -> list[RowMap]:
         """The rows of ``ids`` read as dedup candidates that are still live, in
@@ -615,6 +675,10 @@ class _Earlier:
         postings = self._postings.setdefault(key, {})
         for t in self._prefix(terms):
             postings.setdefault(t, []).append(at)
+
+    def last(self, key: tuple[str, str], n: int) -> list[dict[str, Any]]:
+        """The last ``n`` rows written under ``key``."""
+        return self._rows.get(key, [])[-n:]
 
     def candidates(self, key: tuple[str, str], terms: set[str]) -> list[dict[str, Any]]:
         rows = self._rows.get(key)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-from hybrid_memory.retrieval import _branch_scores
+from hybrid_memory.retrieval import _branch_scores, _idf_share
 
 MIX = 0.7  # dense share of the blend
 
@@ -83,3 +83,36 @@ def test_a_family_with_no_similarity_keeps_its_score() -> None:
     rows = {"a": Row("A", "A/a/"), "b": Row("B", "A/B/b/")}
     ranked = _branch_scores(rows, [], {}, {}, MIX, True)
     assert {b: s for s, b, _ in ranked} == {"A": 0.0, "B": 0.0}
+
+
+def test_inside_a_family_the_dense_share_shrinks_by_family_dense() -> None:
+    """P's status line reads closer to the question (dense), S's memory holds the
+    question's own word: with the family's dense share halved, S's lead grows."""
+    rows = {"p": Row("P", "P/p/"), "s": Row("S", "P/S/s/")}
+    dense = {"p": 0.80, "s": 0.60}
+    postings = [("3187", "p", 1), ("3187", "s", 1), ("folio", "s", 1)]
+    lexical = {"p": 0.5, "s": 0.7}
+    local = _idf_share(postings, 2)  # inside the family: "3187" in both (idf ~0), "folio" in S alone
+    ratio = {}
+    for mix in (1.0, 0.5):
+        got = {b: s for s, b, _ in _branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=mix)}
+        share = MIX * mix
+        p = share * 0.80 + (1 - share) * local.get("p", 0.0)
+        s = share * 0.60 + (1 - share) * local["s"]
+        assert s > p
+        ratio[mix] = got["P"] / got["S"]
+        assert ratio[mix] == pytest.approx(p / s)
+    assert ratio[0.5] < ratio[1.0]
+
+
+def test_a_family_holding_none_of_the_named_identifiers_pays_unnamed() -> None:
+    """The question names claim 3187: Q reads as close but holds no such id."""
+    named = frozenset({"3187"})
+    plain = {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True)}
+    got = {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True, named=named, unnamed=0.8)}
+    assert got["Q"] == pytest.approx(0.8 * plain["Q"])
+    assert got["P"] == pytest.approx(plain["P"]) and got["S"] == pytest.approx(plain["S"])
+    # No candidate holds a named id (or none is named): nobody pays.
+    assert {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True,
+                                               named=frozenset({"9999"}), unnamed=0.8)} == plain
+    assert {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True, unnamed=0.8)} == plain

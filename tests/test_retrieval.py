@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, text
-from hybrid_memory.retrieval import branch_factor
+from hybrid_memory.retrieval import _QueryWords, branch_factor
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
 # "the needed memory is returned" means it ranked among the best few, not that the
@@ -498,6 +498,100 @@ def test_a_subtask_holding_the_questions_own_words_is_located_before_its_parent(
         off = open_memory(namespace="off", retrieval={"by_family": False}, **NO_FLUSH)
         off_ids = build(off, clock, [*FAMILY[lang], *ZH])
         assert off.retrieve(FAMILY_QUERY[lang], k=K).branches[0].branch_id == off_ids["trip"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_question_finds_the_memory_that_wrote_its_word_in_another_form(open_memory, clock, lang):
+    """English inflections: "reproduce" finds "Reproduced ...", "switch" finds
+    "Switched ..." by their words too; Chinese terms are bigrams, unchanged."""
+    mem = open_memory(**NO_FLUSH)
+    task = mem.add("Support ticket TKT-4854: calendar sync failing" if lang == "en" else "工单 TKT-4854：日历同步失败",
+                   type="task", parent=ROOT)
+    clock.advance(60)
+    gold = mem.add("Reproduced TKT-4854 on Android 14 with a test account" if lang == "en"
+                   else "已在安卓 14 上用测试账号复现 TKT-4854", type="event", parent=task)
+    clock.advance(60)
+    mem.add("Ticket TKT-4854 is assigned to Ahmed Brown" if lang == "en" else "工单 TKT-4854 分配给了王强",
+            type="fact", parent=task)
+    query = "Where could the team reproduce TKT-4854?" if lang == "en" else "团队在哪里复现了 TKT-4854？"
+    recall = mem.retrieve(query, k=K)
+    hit = {s.node.id: s for s in recall.nodes}
+    assert gold.id in hit and hit[gold.id].reason == "hit"
+    # the lexical channel credits the word, whichever form was written
+    words = set(text.terms(query))
+    assert hit[gold.id].lexical > 0
+    if lang == "en":
+        assert "reproduce" in words and "reproduce" not in set(text.terms(gold.content))
+        with mem.store.reading() as conn:
+            words_read = _QueryWords(mem.store, conn, mem.namespace, ["reproduce"], 0)
+        assert set(words_read.lexical) == {gold.id}
+        assert {t for t, _, _ in words_read.postings} == {"reproduce"}  # read as the asked word
+
+
+def test_memories_holding_two_forms_of_the_asked_word_count_once(open_memory, clock):
+    """Each memory holds "bike" and "bikes": the word's count is capped at the
+    number of memories, and its weight stays positive (a sum of the two counts
+    above it made the weight negative)."""
+    mem = open_memory(**NO_FLUSH)
+    task = mem.add("Cycling club", type="task", parent=ROOT)
+    held = [mem.add(f"My bike and the bikes of friend {n} need new chains", type="event", parent=task).id
+            for n in range(3)]
+    with mem.store.reading() as conn:
+        words = _QueryWords(mem.store, conn, mem.namespace, ["bikes", "bike"], 0)
+    assert words.known == ["bikes"]  # "bike" is a form of the first word asked
+    assert words.df == {"bikes": 3}
+    assert words.idf["bikes"] > 0
+    assert {i: round(v, 6) for i, v in words.lexical.items()} == {i: 1.0 for i in held}
+    recall = mem.retrieve("bikes bike", k=K)
+    assert set(held) <= {s.node.id for s in recall.nodes if s.reason == "hit"}
+
+
+NAMED = {
+    "en": dict(
+        mine=["Expense claim EXP-3187 for Jessica Martin: mileage in Mumbai",
+              "Asked the Sheraton front desk to email the folio for EXP-3187",
+              "Claim EXP-3187: submitted, waiting for approval"],
+        other=["Expense claim EXP-4635 for William Lee: hotel stays in Toronto",
+               "Asked the hotel front desk to email the folio for the Toronto stay",
+               "The hotel folio for the Toronto stay lists two nights and breakfast"],
+        query="Which hotel was asked for a folio for expense claim EXP-3187?",
+    ),
+    "zh": dict(
+        mine=["报销单 EXP-3187：马杰在孟买的里程费",
+              "已请喜来登前台把 EXP-3187 的账单发邮件过来",
+              "报销单 EXP-3187：已提交，等待审批"],
+        other=["报销单 EXP-4635：李伟在多伦多的酒店住宿",
+               "已请酒店前台把多伦多住宿的账单发邮件过来",
+               "多伦多酒店账单列了两晚住宿和早餐"],
+        query="报销单 EXP-3187 的账单是请哪家酒店发的？",
+    ),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_question_naming_an_id_locates_the_task_that_holds_it(open_memory, clock, lang):
+    """The other claim reads closer to the question (hotel, folio) but never names
+    EXP-3187: its family pays retrieval.unnamed."""
+    case = NAMED[lang]
+
+    def claims(mem: MemoryTree) -> dict[str, str]:
+        heads = {}
+        for key in ("other", "mine"):
+            head = mem.add(case[key][0], type="task", parent=ROOT)
+            heads[key] = head.id
+            for line in case[key][1:]:
+                clock.advance(60)
+                mem.add(line, type="event", parent=head)
+        return heads
+
+    mem = open_memory(**NO_FLUSH)
+    heads = claims(mem)
+    recall = mem.retrieve(case["query"], k=K)
+    assert recall.branches[0].branch_id == heads["mine"], named(recall, heads)
+    if lang == "en":  # without the rule, the claim that reads alike is located first
+        off = open_memory(namespace="off", retrieval={"unnamed": 1.0}, **NO_FLUSH)
+        off_heads = claims(off)
+        assert off.retrieve(case["query"], k=K).branches[0].branch_id == off_heads["other"]
 
 
 # -- the shape of the context ---------------------------------------------------------

@@ -44,3 +44,31 @@ def test_terms_split_latin_words_and_cjk_bigrams() -> None:
     assert text.terms("The Hotel bill, 860 euros") == ["hotel", "bill", "860", "euros"]
     assert text.terms("报销进度") == ["报销", "销进", "进度"]
     assert text.terms("好") == ["好"]
+
+
+@pytest.mark.parametrize(("asked", "written"), [
+    ("reproduce", "reproduced"),
+    ("reproduced", "reproduce"),
+    ("switch", "switched"),
+    ("switch", "switches"),
+    ("switches", "switching"),
+    ("promise", "promises"),
+    ("copies", "copy"),
+    ("copy", "copied"),
+    ("stopped", "stop"),
+    ("moving", "moved"),
+    ("bookings", "booking"),
+])
+def test_a_word_is_looked_up_in_its_regular_inflections(asked: str, written: str) -> None:
+    assert written in text.word_forms(asked)
+    assert asked in text.word_forms(asked)
+
+
+@pytest.mark.parametrize("term", ["3924", "p3", "news", "bus", "class", "报销", "审批", "v5", "2f"])
+def test_numbers_ids_short_stems_and_cjk_terms_stand_alone(term: str) -> None:
+    forms = text.word_forms(term)
+    assert term in forms
+    # no form of another, shorter word: "news" is not "new", "class" not "clas"
+    assert all(f.startswith(term) for f in forms)
+    if not term.isalpha() or not term.isascii() or len(term) < 4:
+        assert forms == {term}
