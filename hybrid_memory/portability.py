@@ -452,7 +452,7 @@ class _Replay:
         n = self._node(o.node_id)
         if n is None:
             return
-        n["importance"], n["version"] = p["importance"], p["version"]
+        n["importance"] = p["importance"]
 
     def op_pin(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         n = self._node(o.node_id)

@@ -240,7 +240,8 @@ class Writer:
             fresh = self.store.get(conn, node_id)  # (a twin merged into it since it was read)
             if fresh is None or fresh.status != Status.LIVE.value or fresh.importance <= importance:
                 continue
-            values = dict(importance=importance, version=fresh.version + 1)
+            # A weight the memory changed by itself, not an edit: the version stays.
+            values = dict(importance=importance)
             self.store.update_node(conn, node_id, **values)
             self.store.log(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
         if late is not None:
