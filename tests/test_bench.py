@@ -15,7 +15,8 @@ from hybrid_memory.config import Config
 
 
 def test_one_size_reports_every_figure(tmp_path: Path) -> None:
-    out = bench.bench_size(160, lang="zh", seed=2, config=Config.load(), workdir=tmp_path, queries=6, progress=False)
+    out = bench.bench_size(160, lang="zh", seed=2, config=Config.load(), workdir=tmp_path, queries=6, progress=False,
+                           rss_retrievals=30, cold_runs=1)
     assert out["nodes"] == 160 and 1 <= out["queries"] <= 6
     assert out["embedding"]["batch_texts_per_s"] > 0 and out["add_many_nodes_per_s"] > 0
     for key in ("add_ms", "chroma_upsert_1_ms", "retrieve_ms", "retrieve_no_embedding_ms", "flat_vector_ms"):
@@ -35,7 +36,8 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
 
 
 def test_a_relational_size_reports_every_figure(tmp_path: Path) -> None:
-    out = bench.bench_relational(400, lang="en", seed=1, config=Config.load(), workdir=tmp_path, progress=False)
+    out = bench.bench_relational(400, lang="en", seed=1, config=Config.load(), workdir=tmp_path, progress=False,
+                                 cold_runs=1)
     assert out["nodes"] == 400 and 0 < out["live_nodes"] <= 400
     assert out["add_many_sql_nodes_per_s"] > 0 and out["open_recover_ms"] > 0
     assert out["forget_dry_run_ms"] > 0 and out["forget_ms"] > 0
@@ -71,7 +73,7 @@ def test_filler_vectors_are_unit_length_and_stable() -> None:
 
 def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["bench", "--sizes", "120", "--relational-sizes", "150", "--safety-size", "0", "--queries", "3",
-                     "--quiet", "--out", str(tmp_path)]) == 0
+                     "--rss-retrievals", "10", "--cold-runs", "1", "--quiet", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert list(results["sizes"]) == ["120"] and list(results["relational"]) == ["150"]
     table = (tmp_path / "table.md").read_text(encoding="utf-8")
@@ -83,7 +85,8 @@ def test_the_command_writes_results_and_a_table(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.parametrize("sizes", [["--sizes", "ten"], ["--sizes", "10"], ["--sizes", ""],
                                    ["--sizes", "100", "--relational-sizes", "1e6"],
-                                   ["--sizes", "100", "--relational-sizes", "20"]])
+                                   ["--sizes", "100", "--relational-sizes", "20"],
+                                   ["--sizes", "100", "--cold-runs", "0"], ["--sizes", "100", "--rss-retrievals", "-1"]])
 def test_bad_sizes_are_refused(sizes: list[str], tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         bench.main([*sizes, "--out", str(tmp_path / "out")])

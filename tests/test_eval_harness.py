@@ -105,7 +105,7 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, embedder: Any) -> None:
-    events = generate(800, lang=lang, seed=3)
+    events = generate(600, lang=lang, seed=3)
     results = harness.evaluate(events, harness.Options(progress=False), embedder=embedder, source=f"generated {lang}")
     systems = results["systems"]
     assert set(SYSTEMS) <= set(systems)

@@ -23,6 +23,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import session_embedder  # noqa: E402
 from conftest import Clock  # noqa: E402  (the settable test clock, shared)
 from hypothesis import HealthCheck, event, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -45,16 +46,9 @@ from hybrid_memory.store.sql import terms as terms_table  # noqa: E402
 
 # -- the real model, loaded once per process ------------------------------------------
 
-_EMBEDDER: SentenceTransformerEmbedder | None = None
-
-
 def real_embedder() -> SentenceTransformerEmbedder:
-    """The bundled model; SentenceTransformerEmbedder also shares the loaded weights per process."""
-    global _EMBEDDER
-    if _EMBEDDER is None:
-        _EMBEDDER = SentenceTransformerEmbedder()
-        _EMBEDDER.embed(["warm up"])
-    return _EMBEDDER
+    """The bundled model, shared with the rest of the session (each text embedded once)."""
+    return session_embedder.shared()
 
 
 @pytest.fixture(autouse=True, scope="module")
