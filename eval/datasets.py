@@ -35,8 +35,12 @@ Per data set (``limit`` caps the independent units, for quick runs):
 - ``longmemeval`` (oracle): one namespace per question; ``limit`` counts kept
   questions. Abstention questions (id ending "_abs") are skipped. Its sessions
   are added in date order (the file does not always list them so), turns read
-  "user: ..." / "assistant: ...". Gold is the turns marked ``has_answer``; a
-  question with none is skipped. The category is ``question_type``.
+  "user: ..." / "assistant: ...". The assistant's turns are written with
+  importance ``ASSISTANT_IMPORTANCE`` (0.3), the user's with the type's default
+  (0.5), as a chat agent should write a conversation into its memory: what the
+  user says about themselves cannot be had again, the agent's own replies (long,
+  general advice) can. Gold is the turns marked ``has_answer``; a question with
+  none is skipped. The category is ``question_type``.
 - ``memdaily`` (Chinese): every trajectory of every file in ONE namespace, one
   branch per trajectory, so that each question is asked against all of them;
   ``limit`` counts trajectories per file, so every category stays present.
@@ -76,6 +80,7 @@ from typing import Any
 from eval.trace import TraceError, read_trace, write_trace
 
 __all__ = [
+    "ASSISTANT_IMPORTANCE",
     "DATASETS",
     "DatasetError",
     "Report",
@@ -90,6 +95,9 @@ __all__ = [
 Event = dict[str, Any]
 
 DATASETS = ("locomo", "longmemeval", "madial", "memdaily")
+#: The importance of an assistant's turn in a user-assistant chat (LongMemEval): below
+#: an event's default (0.5), so that the user's own statements outrank the replies.
+ASSISTANT_IMPORTANCE = 0.3
 DATA_ENV = "HYBRID_MEMORY_EVAL_DATA"
 EXAMPLES_KEPT = 3  # examples a Report keeps per kind: enough to see what happened
 
@@ -306,6 +314,8 @@ def _longmemeval_question(question: Mapping[str, Any], report: Report) -> list[E
             node = f"{session}:{position}"
             content = f"{turn['role']}: {turn['content']}"
             events.append(_add(node, session, "event", content, ts + position))
+            if turn["role"] == "assistant":
+                events[-1]["importance"] = ASSISTANT_IMPORTANCE
             if turn.get("has_answer", False):
                 gold.append(node)
                 if session not in task:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from eval.datasets import (
+    ASSISTANT_IMPORTANCE,
     DATA_ENV,
     DATASETS,
     DatasetError,
@@ -25,6 +26,7 @@ from eval.datasets import (
     main,
 )
 from eval.trace import TraceError, read_trace, write_trace
+from hybrid_memory.config import Config
 
 Event = dict[str, Any]
 
@@ -224,8 +226,11 @@ def test_longmemeval_one_memory_per_question(longmemeval_dir: Path) -> None:
         {"op": "add", "id": "q1/answer_a:1", "parent": "q1/answer_a", "type": "event", "content": "user: hello", "ts": ta + 1},
         {"op": "add", "id": "q1/answer_b", "parent": None, "type": "task", "content": "Chat session, 2023/05/21 (Sun) 10:00", "ts": tb},
         {"op": "add", "id": "q1/answer_b:1", "parent": "q1/answer_b", "type": "event", "content": "user: my car is blue", "ts": tb + 1},
-        {"op": "add", "id": "q1/answer_b:2", "parent": "q1/answer_b", "type": "event", "content": "assistant: nice", "ts": tb + 2},
+        # the assistant's replies rank below what the user says
+        {"op": "add", "id": "q1/answer_b:2", "parent": "q1/answer_b", "type": "event", "content": "assistant: nice", "ts": tb + 2,
+         "importance": ASSISTANT_IMPORTANCE},
     ]
+    assert Config.load().weights.importance_by_type["event"] > ASSISTANT_IMPORTANCE
     assert events[6] == {"op": "query", "id": "q1", "text": "what about q1?", "gold": ["q1/answer_b:1"], "task": ["q1/answer_b"], "ts": utc(2023, 5, 22, 9, 0), "category": "multi-session", "answer": "blue"}
     assert report.counts == {"question_abstention": 1, "question_no_gold": 1, "sessions_reordered": 3}
 
