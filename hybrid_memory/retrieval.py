@@ -93,7 +93,7 @@ class Retriever:
             cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
                                             embedding=True)
             words.complete(cand_rows)
-            postings, lexical = words.postings, words.lexical
+            lexical = words.lexical
             # Every candidate's dense score from its stored embedding: the index only
             # proposes candidates, so its float arithmetic (and an approximate search
             # that may order near-ties differently after a reload) never decides.
@@ -102,7 +102,7 @@ class Retriever:
 
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
-            scored_branches = _branch_scores(cand_rows, postings, dense_hits, lexical, dense_mix, r.by_family,
+            scored_branches = _branch_scores(cand_rows, words.held(cand_rows), dense_hits, lexical, dense_mix, r.by_family,
                                              family_dense=r.family_dense, named=named, unnamed=r.unnamed)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
@@ -123,7 +123,7 @@ class Retriever:
             rows = self.store.branch_rows(conn, self.namespace, list(branch_score))
             branch_nodes = [node_from_row(row) for row in rows]
             words.complete({n.id: None for n in branch_nodes})
-            local = _local_lexical(postings, branch_nodes, words.known)
+            local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
             matrix = np.stack([from_blob(row.embedding) for row in rows]) if rows else np.zeros((0, len(qvec)))
             # The opened branches, every node, with lexical scores counted inside each
             # branch; and the strongest stage-1 candidates of the other branches, so a
@@ -343,8 +343,14 @@ class _QueryWords:
             for form in sorted(text.word_forms(t)):
                 self._word_of.setdefault(form, t)
         df: dict[str, int] = defaultdict(int)
+        forms_held: dict[str, int] = defaultdict(int)  # word -> how many of its forms are stored
         for form, n in store.term_df(conn, namespace, list(self._word_of)).items():
             df[self._word_of[form]] += n
+            forms_held[self._word_of[form]] += 1
+        # The words stored in more than one form, whose postings are merged per node:
+        # any other word's (word, node) pairs come back once each, and its count is
+        # exact (every word, when terms are blinded: each key blinds them its way).
+        self._merged = None if store.keyring is not None else {w for w, n in forms_held.items() if n > 1}
         #: The query's words the namespace knows.
         self.known = [t for t in qterms if t in df]
         count = live_count or (lambda c: store.live_count(c, namespace))
@@ -355,14 +361,27 @@ class _QueryWords:
         listed = [t for t in self.known if not common or self.df[t] <= common]
         self._common = [t for t in self.known if t not in listed]
         self.postings: list[Posting] = self._read(listed)
-        self.df.update(Counter(term for term, _, _ in self.postings))
+        merged = self._merged
+        self.df.update(Counter(term for term, _, _ in self.postings if merged is None or term in merged))
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
         total = sum(self.idf.values())
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
         self.lexical: dict[str, float] = defaultdict(float)
-        for term, node_id, _ in self.postings:
-            self.lexical[node_id] += self._part[term]
+        #: The postings read, by node, each node's in the order they were read.
+        self.by_node: dict[str, list[Posting]] = defaultdict(list)
+        self._add(self.postings)
         self._completed: set[str] = set()
+
+    def _add(self, postings: Sequence[Posting]) -> None:
+        lexical, part, by_node = self.lexical, self._part, self.by_node
+        for p in postings:
+            lexical[p[1]] += part[p[0]]
+            by_node[p[1]].append(p)
+
+    def held(self, ids: Iterable[str]) -> list[Posting]:
+        """The postings read of the nodes ``ids``, node by node."""
+        by_node = self.by_node
+        return [p for i in ids if i in by_node for p in by_node[i]]
 
     def complete(self, ids: Iterable[str]) -> None:
         """Read the common words' postings of ``ids`` too."""
@@ -372,19 +391,30 @@ class _QueryWords:
             return
         more = self._read(self._common, todo)
         self.postings.extend(more)
-        for term, node_id, _ in more:
-            self.lexical[node_id] += self._part[term]
+        self._add(more)
 
     def _read(self, words: Sequence[str], ids: Sequence[str] | None = None) -> list[Posting]:
         """The postings of ``words`` (of the nodes ``ids`` only, when given), each form
         read as its word: a node holding two forms of one word holds the word once,
         with their frequencies added."""
         wanted = set(words)
-        forms = [f for f, t in self._word_of.items() if t in wanted]
+        word_of = self._word_of
+        forms = [f for f, t in word_of.items() if t in wanted]
+        rows = self._store.postings(self._conn, self._namespace, forms, ids)
+        merged = self._merged
+        if merged is None:
+            merged = wanted
+        elif not merged.intersection(wanted):
+            return [(word_of[form], node_id, n) for form, node_id, n in rows]
+        out: list[Posting] = []
         tf: dict[tuple[str, str], int] = defaultdict(int)
-        for form, node_id, n in self._store.postings(self._conn, self._namespace, forms, ids):
-            tf[(self._word_of[form], node_id)] += n
-        return [(term, node_id, n) for (term, node_id), n in tf.items()]
+        for form, node_id, n in rows:
+            word = word_of[form]
+            if word in merged:
+                tf[(word, node_id)] += n
+            else:
+                out.append((word, node_id, n))
+        return out + [(term, node_id, n) for (term, node_id), n in tf.items()]
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
@@ -495,7 +525,7 @@ def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:
     the query terms the namespace knows."""
     df = Counter(term for term, _, _ in postings)
     idf = {t: _idf(n_docs, n) for t, n in df.items()}
-    total = sum(idf.values())
+    total = math.fsum(idf.values())  # exact: the same whatever order the postings come in
     out: dict[str, float] = defaultdict(float)
     for term, node_id, _ in postings:
         out[node_id] += idf[term] / total
@@ -516,7 +546,8 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: It
     avg = defaultdict(float, {b: sum(length[i] for i, bb in branch_of.items() if bb == b) / n for b, n in sizes.items()})
     known = set(known)
     df = Counter((branch_of[node_id], term) for term, node_id, _ in postings if node_id in branch_of)
-    total = {b: sum(_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
+    # fsum: exact, so the same in every process (a set's order is not)
+    total = {b: math.fsum(_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
     out: dict[str, float] = defaultdict(float)
     for term, node_id, tf in postings:
         b = branch_of.get(node_id)

@@ -188,7 +188,8 @@ class Writer:
         out: list[Node] = []
         for at, (p, vec, counts, term_set) in enumerate(zip(prepared, rows, all_counts, term_sets, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
-            twin, near = None, []
+            twin: RowMap | None = None
+            near: list[RowMap] = []
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 branch = seen.branch_info(parent_row)[0]
                 earlier = written.candidates((branch, p.type.value), term_set)
