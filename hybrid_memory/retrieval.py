@@ -525,11 +525,12 @@ def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:
     the query terms the namespace knows."""
     df = Counter(term for term, _, _ in postings)
     idf = {t: _idf(n_docs, n) for t, n in df.items()}
-    total = math.fsum(idf.values())  # exact: the same whatever order the postings come in
-    out: dict[str, float] = defaultdict(float)
+    # Exact sums (fsum): the same shares whatever order the postings come in.
+    total = math.fsum(idf.values())
+    held: dict[str, list[float]] = defaultdict(list)
     for term, node_id, _ in postings:
-        out[node_id] += idf[term] / total
-    return out
+        held[node_id].append(idf[term])
+    return defaultdict(float, {node_id: math.fsum(v) / total for node_id, v in held.items()})
 
 
 def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: Iterable[str]) -> dict[str, float]:

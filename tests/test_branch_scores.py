@@ -6,6 +6,7 @@ arithmetic only; the behaviour with the real model is in test_retrieval.py.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import pytest
@@ -116,3 +117,16 @@ def test_a_family_holding_none_of_the_named_identifiers_pays_unnamed() -> None:
     assert {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True,
                                                named=frozenset({"9999"}), unnamed=0.8)} == plain
     assert {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True, unnamed=0.8)} == plain
+
+
+def test_idf_shares_do_not_depend_on_the_order_postings_come_in() -> None:
+    # Four words held by 9, 37, 5 and 17 of the candidates: a plain float sum of their
+    # idfs differs in its last bit between orders, so the same memory would score a
+    # hair apart in two processes (or two reads) and a tie could break either way.
+    held = {"w0": 9, "w1": 37, "w2": 5, "w3": 17}
+    shares = set()
+    for order in itertools.permutations(held):
+        postings = [(t, f"n{i}", 1) for t in order for i in range(held[t])]
+        shares.add(_idf_share(postings, 50)["n0"])
+    assert len(shares) == 1
+    assert shares.pop() == pytest.approx(1.0)  # n0 holds all four words
