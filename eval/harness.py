@@ -319,6 +319,9 @@ class Options:
     model: str | None = None
     progress: bool = True
     workdir: Path | None = None
+    #: Keep the replays' memory folders here (hybrid/, control/, forget/) instead of
+    #: deleting them: ``python -m eval.forget_replay`` reads the forgetting run's.
+    keep: Path | None = None
     #: A folder keeping embeddings between runs (per model); None: embed every time.
     cache: Path | None = None
 
@@ -345,7 +348,13 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
         vectors.warm(prepared.texts, bar.update)
     if cache is not None:
         vectors.save(cache)
-    workdir = Path(tempfile.mkdtemp(prefix="hm-eval-", dir=options.workdir))
+    if options.keep is not None:
+        if options.keep.exists() and any(options.keep.iterdir()):
+            raise ValueError(f"--keep-memories folder {options.keep} is not empty")
+        options.keep.mkdir(parents=True, exist_ok=True)
+        workdir = options.keep
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="hm-eval-", dir=options.workdir))
     clock = [0.0]
 
     def now() -> float:
@@ -378,7 +387,8 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
                 "wrongly_forgotten": forgetting.gold_forgotten / forgetting.gold_checked if forgetting.gold_checked else 0.0,
             }
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if options.keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     results = _results(prepared, runs, options)
     results.update(extra)
     results["source"] = source
@@ -545,6 +555,9 @@ def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing")
     p.add_argument("--write-trace", type=Path, help="also write the trace that was evaluated to this file")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--keep-memories", type=Path, metavar="DIR",
+                   help="keep the replays' memories in DIR (a new or empty folder): DIR/forget is what "
+                        "python -m eval.forget_replay reads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -583,7 +596,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
             write_trace(events, args.write_trace)
         options = Options(k=args.k, budget=args.budget, systems=systems, forget_cap=args.forget_cap or None,
                           control=not args.no_control, config=config, config_file=args.config, model=args.model, progress=not args.quiet,
-                          cache=None if args.no_cache else args.cache)
+                          cache=None if args.no_cache else args.cache, keep=args.keep_memories)
         results = evaluate(events, options, source=source)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

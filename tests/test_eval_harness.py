@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from eval import harness
+from eval import forget_replay, harness
 from eval.datasets import default_data_dir, load
 from eval.generate import generate
 from eval.systems import CachedEmbedder
 from eval.trace import TraceError, write_trace
 from hybrid_memory.cli import main as cli_main
+from hybrid_memory.config import Config
 
 CONTRACT_KEYS = ("recall_all@10", "recall_any@10", "ndcg@10", "branch_acc@1", "tokens_mean",
                  "latency_ms_p50", "latency_ms_p95", "compression")
@@ -104,9 +106,12 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, embedder: Any) -> None:
+def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, embedder: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     events = generate(600, lang=lang, seed=3)
-    results = harness.evaluate(events, harness.Options(progress=False), embedder=embedder, source=f"generated {lang}")
+    kept = tmp_path / "memories"
+    results = harness.evaluate(events, harness.Options(progress=False, keep=kept), embedder=embedder,
+                               source=f"generated {lang}")
     systems = results["systems"]
     assert set(SYSTEMS) <= set(systems)
     hybrid, flat = systems["hybrid"], systems["flat_vector"]
@@ -126,6 +131,31 @@ def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, emb
     assert set(forgetting["forgotten_gold"]) <= gold
     curve = hybrid["recall_all@k"]
     assert len(curve) == 20 and curve == sorted(curve)  # recall@k never falls as k grows
+
+    # The forgetting run was kept; replayed offline under the same configuration, its
+    # op log gives the same decisions: the same memories archived, node for node, and
+    # the same gold memories lost.
+    assert {p.name for p in kept.iterdir()} >= {"hybrid", "control", "forget"}
+    db = sqlite3.connect(kept / "forget" / "memory.db")
+    (namespace,) = db.execute("SELECT DISTINCT namespace FROM hm_nodes").fetchone()
+    archived = {i for (i,) in db.execute("SELECT id FROM hm_nodes WHERE status = 'archived'")}
+    db.close()
+    assert archived  # the cap bit
+    cfg = Config.load()
+    replayed = forget_replay.replay(events, forget_replay.read_log(kept / "forget", namespace),
+                                    forget_replay.library_policy(cfg.weights, cfg.forgetting.superseded),
+                                    cap=forgetting["cap_live_nodes"], threshold=cfg.forgetting.threshold)
+    assert replayed.archived == archived
+    assert sorted(replayed.lost) == sorted(forgetting["forgotten_gold"])
+    assert replayed.checked == forgetting["gold_checked"]
+    trace = tmp_path / "trace.jsonl"
+    write_trace(events, trace)
+    assert forget_replay.main(["--trace", str(trace), "--memory", str(kept / "forget"), "--namespace", namespace]) == 0
+    assert f"{len(replayed.lost)} of {replayed.checked} gold memories" in capsys.readouterr().out
+    assert forget_replay.main(["--trace", str(trace), "--memory", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not empty"):
+        harness.evaluate(events, harness.Options(progress=False, keep=kept), embedder=embedder)
 
 
 def test_locomo_slice(tmp_path: Path, embedder: Any) -> None:

@@ -1,0 +1,269 @@
+"""Replay a forgetting run offline under another forgetting policy.
+
+    python -m eval --trace T --keep-memories runs/           # keeps runs/forget
+    python -m eval.forget_replay --trace T --memory runs/forget
+    python -m eval.forget_replay --trace T --memory runs/forget --recency 0.1 --half-life-days 2
+
+The harness's forgetting run (a live-node cap, ``--forget-cap``) takes minutes: every
+memory is written, every question asked. Which gold memories it loses depends only on
+which leaves forgetting picks, so this module re-runs just that choice. It reads the
+run's operation log (every add, merge, supersession, read, feedback and focus the
+real run made, with their times) and replays it into plain arrays, applying the
+policy under test after every add as the run did (down to the cap, and every leaf
+under the threshold), restoring what the run's agent went back to (a focus, a
+feedback, a new child). A question's gold memories archived when it is asked are
+counted as wrongly forgotten, as the harness counts them.
+
+With the configuration the run used, the replay takes the same decisions as the run
+(``tests/test_forget_replay.py`` checks the archived set node for node). Under
+another policy the reads are still the run's own (retrieval would have returned
+slightly different memories from a different live tree): a good estimate, seconds
+instead of minutes, for choosing settings before a real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_memory.config import Config, WeightConfig
+
+from .trace import read_trace
+
+_LN2 = math.log(2.0)
+
+#: (arrays, candidate rows, now) -> the forgetting weight of each candidate.
+Policy = Callable[["Columns", np.ndarray[Any, Any], float], np.ndarray[Any, Any]]
+
+
+class Columns:
+    """The replayed memories as columns, one row per node in the order written."""
+
+    def __init__(self, size: int) -> None:
+        self.importance = np.zeros(size)
+        self.confidence = np.zeros(size)
+        self.accessed = np.zeros(size)
+        self.touched = np.zeros(size)
+        self.live = np.zeros(size, dtype=bool)
+        self.children = np.zeros(size, dtype=np.int64)
+        self.parent = np.full(size, -1, dtype=np.int64)
+        #: A state that a later state of its branch supersedes.
+        self.superseded_state = np.zeros(size, dtype=bool)
+        self.ids: list[str] = [""] * size
+
+
+def library_policy(weights: WeightConfig, superseded: float) -> Policy:
+    """The library's forgetting weight (hybrid_memory.weights.weight_array, with
+    superseded states weighed at ``superseded``) over the replayed columns."""
+    total = weights.importance + weights.recency + weights.confidence + weights.usage
+
+    def weigh(c: Columns, rows: np.ndarray[Any, Any], now: float) -> np.ndarray[Any, Any]:
+        age = np.maximum(0.0, now - c.touched[rows])
+        rec = np.exp(-_LN2 * (age / weights.half_life_s))
+        use = 1.0 - np.exp(-np.maximum(0.0, c.accessed[rows]) / weights.usage_scale)
+        w = (weights.importance * c.importance[rows] + weights.recency * rec
+             + weights.confidence * c.confidence[rows] + weights.usage * use) / total
+        w = np.clip(w, 0.0, 1.0)
+        out: np.ndarray[Any, Any] = np.where(c.superseded_state[rows], w * superseded, w)
+        return out
+
+    return weigh
+
+
+@dataclass
+class Result:
+    #: Trace ids of the gold memories archived when their question was asked.
+    lost: list[str]
+    #: Gold memories checked (one per gold id per question).
+    checked: int
+    #: Node ids archived at the end of the replay.
+    archived: set[str]
+
+    @property
+    def rate(self) -> float:
+        return len(self.lost) / self.checked if self.checked else 0.0
+
+
+def read_log(memory: Path, namespace: str) -> list[tuple[float, str, str, dict[str, Any]]]:
+    """(ts, op, node id, payload) of the namespace's operation log, in order. The
+    memory must be a plain SQLite one (a replay reads payloads, which a keyring seals)."""
+    db = memory / "memory.db"
+    if not db.is_file():
+        raise FileNotFoundError(f"{db} does not exist: give the forget/ folder of a kept run")
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT ts, op, node_id, payload FROM hm_oplog WHERE namespace = ? ORDER BY seq",
+                           (namespace,)).fetchall()
+    finally:
+        con.close()
+    return [(ts, op, node or "", json.loads(payload) if payload else {}) for ts, op, node, payload in rows]
+
+
+def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, str, dict[str, Any]]],
+           policy: Policy, *, cap: int, threshold: float) -> Result:
+    """Replay ``log`` (a forgetting run's operation log) under ``policy``, asking the
+    questions of ``events`` (the trace) at their times."""
+    adds = [p for _, op, _, p in log if op == "add"]
+    node_of = {(p["content"], round(p["created_at"], 3)): p["id"] for p in adds}
+    gold_node: dict[str, str] = {}
+    for e in events:
+        if e.get("op") == "add" and e.get("ts") is not None:
+            found = node_of.get((e["content"], round(float(e["ts"]), 3)))
+            if found:
+                gold_node[e["id"]] = found
+    queries = sorted((e for e in events if e.get("op") == "query"), key=lambda e: float(e.get("ts") or 0.0))
+    c = Columns(len(adds))
+    row: dict[str, int] = {}
+    latest_state: dict[str, int] = {}
+    focus = -1
+    lost: list[str] = []
+    checked = 0
+    asked = 0
+    n = 0
+
+    def path(i: int) -> list[int]:
+        out = []
+        while i >= 0:
+            out.append(i)
+            i = int(c.parent[i])
+        return out
+
+    def restore(i: int) -> None:
+        for a in path(i):
+            if not c.live[a]:
+                c.live[a] = True
+                if c.parent[a] >= 0:
+                    c.children[c.parent[a]] += 1
+
+    def ask_until(ts: float) -> None:
+        nonlocal asked, checked
+        while asked < len(queries) and float(queries[asked].get("ts") or 0.0) < ts:
+            for g in queries[asked].get("gold", ()):
+                checked += 1
+                i = row.get(gold_node.get(g, ""))
+                if i is not None and not c.live[i]:
+                    lost.append(g)
+            asked += 1
+
+    def forget(now: float) -> None:
+        # The run calls forget() only when an add takes the tree past the cap; the
+        # threshold then applies too.
+        live = int(c.live[:n].sum())
+        if live <= cap:
+            return
+        leaves = c.live[:n] & (c.children[:n] == 0)
+        if focus >= 0:
+            leaves[path(focus)] = False
+        rows = np.flatnonzero(leaves)
+        if not len(rows):
+            return
+        w = policy(c, rows, now)
+        under = int((w < threshold).sum())
+        # Lowest weight first, ties by id, as forgetting.plan_forget orders them; a
+        # parent freed on the way waits for the next pass (one add frees at most a few).
+        order = sorted(range(len(rows)), key=lambda k: (w[k], c.ids[rows[k]]))
+        for k in order[: max(live - cap, under)]:
+            i = int(rows[k])
+            c.live[i] = False
+            if c.parent[i] >= 0:
+                c.children[c.parent[i]] -= 1
+
+    for ts, op, node_id, p in log:
+        ask_until(ts)
+        if op == "add":
+            i = n
+            n += 1
+            row[node_id] = i
+            c.ids[i] = node_id
+            parent = row.get(p.get("parent_id") or "", -1)
+            c.parent[i] = parent
+            c.importance[i], c.confidence[i] = p["importance"], p["confidence"]
+            c.touched[i] = p["created_at"]
+            if p["type"] == "state":
+                if p["branch_id"] in latest_state:
+                    c.superseded_state[latest_state[p["branch_id"]]] = True
+                latest_state[p["branch_id"]] = i
+            if parent >= 0 and not c.live[parent]:
+                restore(parent)
+            c.live[i] = True
+            if parent >= 0:
+                c.children[parent] += 1
+                for a in path(parent):
+                    c.touched[a] = max(c.touched[a], ts)
+            if p.get("focus"):
+                focus = i
+            forget(ts)
+        elif op in ("merge", "feedback") and node_id in row:
+            i = row[node_id]
+            if op == "feedback" and not c.live[i]:
+                restore(i)
+            c.importance[i] = p.get("importance", c.importance[i])
+            c.confidence[i] = p.get("confidence", c.confidence[i])
+            c.touched[i] = ts
+        elif op == "supersede" and node_id in row:
+            c.importance[row[node_id]] = p["importance"]
+        elif op == "access":
+            for k, (count, at) in p.get("counts", {}).items():
+                if k in row:
+                    c.accessed[row[k]] += count
+                    c.touched[row[k]] = max(c.touched[row[k]], at)
+        elif op == "focus" and node_id in row:
+            focus = row[node_id]
+            if not c.live[focus]:
+                restore(focus)
+            for a in path(focus):
+                c.touched[a] = max(c.touched[a], ts)
+    ask_until(math.inf)
+    return Result(lost, checked, {c.ids[i] for i in range(n) if not c.live[i]})
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Replay a kept forgetting run under another forgetting policy.")
+    p.add_argument("--trace", type=Path, required=True, help="the trace the run replayed")
+    p.add_argument("--memory", type=Path, required=True, help="the run's forget/ folder (python -m eval --keep-memories)")
+    p.add_argument("--namespace", default="default", help="the namespace to replay (default: default)")
+    p.add_argument("--cap", type=int, help="live-node cap (default: the run's, half the trace's adds)")
+    p.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration (weights, forgetting)")
+    p.add_argument("--recency", type=float, help="forgetting's recency share instead of [weights] recency")
+    p.add_argument("--half-life-days", type=float, help="forgetting's recency half-life, in days")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_replay") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        config = Config.load(args.config)
+        weights = config.weights
+        if args.recency is not None:
+            weights = replace(weights, recency=args.recency)
+        if args.half_life_days is not None:
+            if args.half_life_days <= 0:
+                raise ValueError("--half-life-days must be positive")
+            weights = replace(weights, half_life_s=args.half_life_days * 86400.0)
+        events = read_trace(args.trace)
+        log = read_log(args.memory, args.namespace)
+    except (ValueError, OSError, sqlite3.Error) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    adds = sum(1 for e in events if e.get("op") == "add")
+    cap = args.cap if args.cap is not None else max(1, int(adds * 0.5))
+    result = replay(events, log, library_policy(weights, config.forgetting.superseded),
+                    cap=cap, threshold=config.forgetting.threshold)
+    print(f"cap {cap}: {len(result.lost)} of {result.checked} gold memories forgotten before their question "
+          f"({result.rate:.3f}); {len(result.archived)} archived at the end")
+    for g in result.lost:
+        print(f"  {g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
