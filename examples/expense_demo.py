@@ -134,7 +134,7 @@ def main() -> int:
             break
         item = json.loads(line)
         acked.append(item)
-        print(f"  写入 {item['id'][:8]}  {item['label']}{'（合并）' if item['merged'] else ''}")
+        print(f"  写入 {item['id'][-8:]}  {item['label']}{'（合并）' if item['merged'] else ''}")
     else:
         print("writer exited before it was ready", file=sys.stderr)
         return 1

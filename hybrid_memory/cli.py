@@ -18,6 +18,7 @@ from . import safety
 from .config import Config
 from .crypto import Keyring, generate_key
 from .errors import ConfigError, HybridMemoryError, InvalidInputError
+from .ids import short_id
 from .model import Drift, Node, tree_order
 from .portability import describe, recent_ops
 from .store.sql import SqlStore, audit
@@ -44,18 +45,15 @@ def _open_store(args: argparse.Namespace, keyring: Keyring | None = None, *, che
     return SqlStore(f"sqlite:///{os.path.abspath(db)}", keyring=keyring, check_keys=check_keys)
 
 
-def _short(node_id: str) -> str:
-    return node_id[:8]
-
-
 def _clip(text: str, n: int = 70) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _resolve(mem: MemoryTree, ref: str) -> str:
-    """A full id, or a unique prefix of one (as printed by ``tree``)."""
-    matches = [n.id for n in mem.nodes(include_archived=True) if n.id.startswith(ref)]
+    """A full id, or a unique prefix or suffix of one (``tree`` prints the last eight
+    digits: ids begin with their time, so memories of one minute share a prefix)."""
+    matches = [n.id for n in mem.nodes(include_archived=True) if n.id.startswith(ref) or n.id.endswith(ref)]
     if len(matches) == 1:
         return matches[0]
     return ref  # let the library raise NotFoundError (or NamespaceError) for it
@@ -80,7 +78,7 @@ def _print_json(value: Any) -> None:
 def _node_line(mem: MemoryTree, n: Node, now: float) -> str:
     flags = " pinned" if n.pinned else ""
     flags += " archived" if not n.live else ""
-    return f"{_short(n.id)} [{n.type.value}] {_clip(n.content)}  w={mem.weight(n, now):.2f}{flags}"
+    return f"{short_id(n.id)} [{n.type.value}] {_clip(n.content)}  w={mem.weight(n, now):.2f}{flags}"
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -142,7 +140,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             print(f"{prefix}{branch}{mark}{_node_line(mem, n, now)}")
             stack.append((parent, prefix, i + 1))
             stack.append((n.id, prefix + ("" if parent is None else ("    " if last else "│   ")), 0))
-        print(f"\n* active path ({_short(active.id)})" if active else "\n(no active node)")
+        print(f"\n* active path ({short_id(active.id)})" if active else "\n(no active node)")
     return 0
 
 
@@ -156,7 +154,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"nodes            {s.live} live, {s.archived} archived")
         print(f"depth            {s.depth}")
         print("by type          " + (", ".join(f"{k} {v}" for k, v in sorted(s.by_type.items())) or "-"))
-        print("active path      " + (" > ".join(_short(i) for i in s.active_path) or "-"))
+        print("active path      " + (" > ".join(short_id(i) for i in s.active_path) or "-"))
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.last_checkpoint_at)) if s.last_checkpoint_at else "-"
         print(f"last checkpoint  {when}")
         print(f"operations       {s.log_seq}")
@@ -194,7 +192,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         verb = "would forget" if report.dry_run else ("deleted" if args.delete else "archived")
         print(f"{verb} {len(report.details)} of {report.live_before} live nodes; {report.live_after} remain")
         for node_id, w in report.details:
-            print(f"  {_short(node_id)}  w={w:.3f}")
+            print(f"  {short_id(node_id)}  w={w:.3f}")
     return 0
 
 
@@ -269,7 +267,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     print(f"restored the memory to log #{r.seq} (it was at #{r.previous_seq}): {len(r.changed)} changed, "
           f"{len(r.added)} brought back, {len(r.removed)} removed")
     if r.erased:
-        print(f"{len(r.erased)} node(s) erased since stay gone: " + ", ".join(_short(i) for i in r.erased[:10]))
+        print(f"{len(r.erased)} node(s) erased since stay gone: " + ", ".join(short_id(i) for i in r.erased[:10]))
     print(f"undo with: restore --seq {r.previous_seq}")
     return 0
 
@@ -287,7 +285,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         print("(no operations)")
     for o in ops:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(o.ts))
-        print(f"#{o.seq:<6} {when}  {o.op:<11} {_short(o.node_id) if o.node_id else '-':<8}  {describe(o)}")
+        print(f"#{o.seq:<6} {when}  {o.op:<11} {short_id(o.node_id) if o.node_id else '-':<8}  {describe(o)}")
     return 0
 
 
@@ -432,7 +430,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         for r in [] if args.json else rows:
             when = datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S")
             ids = json.loads(r.node_ids)
-            shown = " ".join(_short(i) for i in ids[:5]) + (f" +{len(ids) - 5}" if len(ids) > 5 else "")
+            shown = " ".join(short_id(i) for i in ids[:5]) + (f" +{len(ids) - 5}" if len(ids) > 5 else "")
             print(f"{r.seq:>6}  {when}  {r.actor:<12} {r.action:<10} {shown}")
         return 0
     finally:

@@ -76,6 +76,7 @@ from .errors import (
     InvalidTypeError,
     StorageError,
 )
+from .ids import short_id
 from .model import NodeType, Status
 from .store.sql import checkpoints, cursors, nodes, oplog, to_blob
 from .weights import check_unit
@@ -188,11 +189,11 @@ def describe(op: Op) -> str:
     if k == "feedback":
         return f"importance={p.get('importance', 0):.2f} confidence={p.get('confidence', 0):.2f}"
     if k == "supersede":
-        return f"superseded by {str(p.get('by', ''))[:8]}: importance={p.get('importance', 0):.2f}"
+        return f"superseded by {short_id(str(p.get('by', '')))}: importance={p.get('importance', 0):.2f}"
     if k == "pin":
         return "pinned" if p.get("pinned") else "unpinned"
     if k == "move":
-        return f"under {str(p['parent'])[:8]}" if p.get("parent") else "to a new root"
+        return f"under {short_id(str(p['parent']))}" if p.get("parent") else "to a new root"
     if k == "focus":
         return "made active"
     if k == "checkpoint":
@@ -212,7 +213,7 @@ def describe(op: Op) -> str:
     if k == "branch_mode":
         return f"branches regrouped by {p.get('mode')}"
     if k == "import_cursor":
-        return f"session {p.get('session')} at {str(p.get('active_id') or '-')[:8]}"
+        return f"session {p.get('session')} at {short_id(str(p.get('active_id') or '-'))}"
     return _clip(json.dumps(p, ensure_ascii=False))
 
 

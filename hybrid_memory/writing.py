@@ -7,7 +7,6 @@ import functools
 import json
 import logging
 import math
-import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -28,6 +27,7 @@ from .errors import (
     NamespaceError,
     NotFoundError,
 )
+from .ids import new_node_id
 from .model import Node, NodeType, Status
 from .recovery import nearest
 from .store.sql import SqlStore, node_from_row, to_blob
@@ -201,7 +201,7 @@ class Writer:
                     by_key[p.key] = self.store.get(conn, node.id)._mapping  # type: ignore[union-attr]
                 out.append(node)
                 continue
-            node_id = secrets.token_hex(8)
+            node_id = new_node_id()
             if parent_row is None:
                 path, depth, pinfo = f"{node_id}/", 0, None
             else:

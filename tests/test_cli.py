@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from hybrid_memory import MemoryTree
+from hybrid_memory import MemoryTree, ids
 from hybrid_memory.cli import build_parser, main
+from hybrid_memory.ids import short_id
 
 
 def run(capsys: pytest.CaptureFixture[str], folder: Path, *args: str, ns: str = "cli") -> tuple[int, str, str]:
@@ -63,7 +65,7 @@ def test_add_tree_retrieve_stats_recover(capsys: pytest.CaptureFixture[str], tmp
     code, out, _ = run(capsys, folder, "stats")
     assert code == 0 and "5 live, 0 archived" in out
 
-    code, out, _ = run(capsys, folder, "focus", task_id[:8])
+    code, out, _ = run(capsys, folder, "focus", short_id(task_id))
     assert code == 0 and task_id in out
     code, out, _ = run(capsys, folder, "recover")
     assert code == 0 and f"active node                {task_id}" in out
@@ -72,6 +74,36 @@ def test_add_tree_retrieve_stats_recover(capsys: pytest.CaptureFixture[str], tmp
     assert code == 0 and out.startswith("would forget")
     code, out, _ = run(capsys, folder, "stats")
     assert "5 live" in out  # dry run changed nothing
+
+
+def test_short_ids_are_the_tails_and_a_node_is_named_by_a_unique_prefix_or_suffix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ids' clock held still: the memories are written in one millisecond, as a
+    # batch is (and as every memory of a minute shares its first eight digits).
+    frozen = time.time_ns()
+    monkeypatch.setattr(ids, "_now_ns", lambda: frozen)
+    folder = tmp_path / "m"
+    made = []
+    for content, kind in (("报销张三的差旅费", "task"), ("发票看不清，被财务退回", "event"), ("Prefers SMS", "preference")):
+        code, out, _ = run(capsys, folder, "add", content, "-t", kind)
+        assert code == 0
+        made.append(out.split()[1])
+    # The three ids share their leading digits (the time) ...
+    assert len({i[:12] for i in made}) == 1
+    # ... so the tree shows each one's last digits, which differ.
+    code, out, _ = run(capsys, folder, "tree")
+    assert code == 0 and all(f"{short_id(i)} [" in out for i in made)
+    assert len({short_id(i) for i in made}) == 3
+    for node_id in made:
+        for ref in (short_id(node_id), node_id[-5:], node_id):
+            code, out, _ = run(capsys, folder, "focus", ref)
+            assert code == 0 and node_id in out, ref
+    # A prefix every node shares names none of them: an error, and nothing changes.
+    before = run(capsys, folder, "recover")[1]
+    code, _, err = run(capsys, folder, "focus", made[0][:8])
+    assert code == 3 and "not_found" in err
+    assert run(capsys, folder, "recover")[1] == before
 
 
 def test_errors_map_to_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from hybrid_memory import MemoryTree, Status
 from hybrid_memory.cli import build_parser, main
+from hybrid_memory.ids import short_id
 
 
 def run(capsys: pytest.CaptureFixture[str], folder: Path, *args: str, ns: str = "cli") -> tuple[int, str, str]:
@@ -48,7 +49,7 @@ def test_export_import_log_restore(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("#1 ") and " add " in lines[0] and task[:8] in lines[0]
+    assert lines[0].startswith("#1 ") and " add " in lines[0] and short_id(task) in lines[0]
     assert "[task] 报销柏林会议的差旅费用 (now active)" in lines[0]
     assert "[event] Finance returned the claim" in lines[1]
     assert len(run(capsys, folder, "log", "-n", "2")[1].splitlines()) == 2
@@ -102,7 +103,7 @@ def test_export_import_log_restore(capsys: pytest.CaptureFixture[str], tmp_path:
         assert mem.get(ev).content == "The claim was approved"
 
     # restore NODE: the archived node form.
-    code, out, _ = run(capsys, folder, "restore", task[:8])
+    code, out, _ = run(capsys, folder, "restore", short_id(task))
     assert code == 0 and out.startswith(f"restored {task}")
     with MemoryTree.open(folder, namespace="cli") as mem:
         assert mem.get(task).live

@@ -13,6 +13,7 @@ from test_portability import assert_replays, ops_of
 
 from hybrid_memory import ROOT, MemoryTree
 from hybrid_memory import portability as P
+from hybrid_memory.ids import short_id
 
 CASES = {
     "en": dict(
@@ -61,7 +62,7 @@ def test_an_update_lowers_the_memory_it_supersedes_and_nothing_else(open_memory,
     # The log says what did it, and a replay of the log rebuilds the same tree.
     entries = [o for o in ops_of(mem) if o.op == "supersede"]
     assert [(o.node_id, o.payload["by"]) for o in entries] == [(n["old"].id, n["new"].id)]
-    assert P.describe(entries[0]).startswith(f"superseded by {n['new'].id[:8]}")
+    assert P.describe(entries[0]).startswith(f"superseded by {short_id(n['new'].id)}")
     assert_replays(mem)
 
 

@@ -125,7 +125,7 @@ TYPES = [t.value for t in NodeType]
 ZH_DIGITS = "甲乙丙丁戊己庚辛壬癸"
 EN_CODE = re.compile(r"\bzz[a-z]{4}\b")
 ZH_CODE = re.compile(f"暗号[{ZH_DIGITS}]{{4}}")
-NODE_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])")
+NODE_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{24}(?![0-9a-f])")
 MISSING_ID = "0123456789abcdef"
 # Questions asked again while a tenant makes no call of its own, always at this time
 # (so that the weights in two answers are comparable).
