@@ -127,6 +127,8 @@ def main() -> int:
     writer = subprocess.Popen(
         [sys.executable, __file__, "--write", str(FOLDER)], stdout=subprocess.PIPE, text=True, encoding="utf-8"
     )
+    from hybrid_memory.ids import short_id
+
     acked: list[dict[str, str]] = []
     assert writer.stdout is not None
     for line in writer.stdout:
@@ -134,7 +136,7 @@ def main() -> int:
             break
         item = json.loads(line)
         acked.append(item)
-        print(f"  写入 {item['id'][-8:]}  {item['label']}{'（合并）' if item['merged'] else ''}")
+        print(f"  写入 {short_id(item['id'])}  {item['label']}{'（合并）' if item['merged'] else ''}")
     else:
         print("writer exited before it was ready", file=sys.stderr)
         return 1

@@ -48,18 +48,15 @@ class _IdClock:
     """The last millisecond and counter handed out, guarded by a lock."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reset()
+        self.reset()
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
+        """Start afresh: what a forked child must do, or it would continue its parent's
+        counter and hand out the parent's ids in the same millisecond (a new lock too,
+        as the parent's may have been held by another thread at the fork)."""
+        self._lock = threading.Lock()
         self._ms = 0
         self._count = 0
-
-    def after_fork(self) -> None:
-        """A forked child must not continue its parent's counter: the two would hand out
-        the same ids in the same millisecond."""
-        self._lock = threading.Lock()
-        self._reset()
 
     def next(self) -> str:
         now = _now_ns() // 1_000_000
@@ -77,7 +74,7 @@ class _IdClock:
 
 _CLOCK = _IdClock()
 if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=_CLOCK.after_fork)
+    os.register_at_fork(after_in_child=_CLOCK.reset)
 
 
 def new_node_id() -> str:
