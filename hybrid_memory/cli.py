@@ -324,6 +324,7 @@ def _print_drift(drift: Drift, *, verb: str) -> None:
     print(f"stale vectors        {len(drift.stale)}")
     print(f"pending index work   {drift.pending}")
     print(f"corrupt log entries  {len(drift.corrupt_log)}")
+    print(f"miscounted terms     {drift.term_counts}")
     print(verb)
 
 

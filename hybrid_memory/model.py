@@ -182,10 +182,13 @@ class Drift:
     pending: int = 0
     #: Operation-log entries whose payload cannot be read.
     corrupt_log: tuple[int, ...] = ()
+    #: Lexical terms whose kept document frequency differs from their postings
+    #: counted (a store written by a version that did not keep the counts).
+    term_counts: int = 0
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.extra or self.stale or self.pending or self.corrupt_log)
+        return not (self.missing or self.extra or self.stale or self.pending or self.corrupt_log or self.term_counts)
 
 
 @dataclass(frozen=True)

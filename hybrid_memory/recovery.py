@@ -136,17 +136,20 @@ def verify(store: SqlStore, index: VectorIndex, namespace: str) -> Drift:
                 stale.append(node_id)
     with store.reading() as conn:
         pending = len(store.pending(conn, namespace))
+        term_counts = store.term_count_drift(conn, namespace)
     return Drift(
         missing=tuple(missing),
         extra=tuple(sorted(indexed - live)),
         stale=tuple(stale),
         pending=pending,
         corrupt_log=tuple(corrupt_log_entries(store, namespace)),
+        term_counts=term_counts,
     )
 
 
 def repair(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook = _no_fault) -> Drift:
-    """Make the index match the relational truth; returns the drift that was found."""
+    """Make the index (and the lexical terms' counts) match the relational truth;
+    returns the drift that was found."""
     drain_outbox(store, index, namespace, fault)
     drift = verify(store, index, namespace)
     fix = list(drift.missing) + list(drift.stale)
@@ -161,6 +164,8 @@ def repair(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook
     if drift.corrupt_log:
         bad = list(drift.corrupt_log)
         store.write(lambda conn: store.mark_corrupt(conn, bad))
+    if drift.term_counts:
+        store.write(lambda conn: store.recount_terms(conn, namespace))
     return drift
 
 

@@ -327,11 +327,15 @@ class _QueryWords:
     """The query's words in the lexical index: per node, the share of the query's
     informative (idf-weighted) words it holds (``lexical``), and the postings read.
 
-    A word held by at most ``common`` live nodes has its postings read in full: every
-    node holding it gets a share, so it can become a candidate. A more common word
-    is only counted (its document frequency weighs it) and its postings are read
-    for the nodes :meth:`complete` names, the ones already in question: its idf is
-    low, and listing it would make a query's cost grow with the memory's size."""
+    A word held by at most ``common`` live nodes is listed: the database names every
+    node holding a listed word and which of them it holds (one row per node, a bit
+    mask of the words), so each such node gets a share and can become a candidate. A
+    more common word is only counted (its document frequency weighs it): its idf is
+    low, and listing it would make a query's cost grow with the memory's size.
+    Postings, term frequencies included, are read for the nodes :meth:`complete`
+    names, the ones already in question, for every word the namespace knows; their
+    shares then count the common words too. A share is an exact sum (``fsum``) of the
+    words held, so it is the same however the node came to be scored."""
 
     def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int,
                  live_count: Callable[[Connection], int] | None = None) -> None:
@@ -356,42 +360,62 @@ class _QueryWords:
         count = live_count or (lambda c: store.live_count(c, namespace))
         n_docs = count(conn) if self.known else 0
         # A memory holding two forms of a word ("bike", "bikes") is counted by each:
-        # a listed word is counted again off its postings, a common one is capped.
+        # a listed word is counted again off the nodes holding it, a common one is capped.
         self.df = {t: min(n, n_docs) for t, n in df.items()}
         listed = [t for t in self.known if not common or self.df[t] <= common]
         self._common = [t for t in self.known if t not in listed]
-        self.postings: list[Posting] = self._read(listed)
+        masks = self._masks(listed)
+        held_by = Counter(masks.values())
         merged = self._merged
-        self.df.update(Counter(term for term, _, _ in self.postings if merged is None or term in merged))
+        for j, t in enumerate(listed):
+            if merged is None or t in merged:
+                n = sum(c for m, c in held_by.items() if m >> j & 1)
+                if n:
+                    self.df[t] = n
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
         total = sum(self.idf.values())
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
-        self.lexical: dict[str, float] = defaultdict(float)
+        share = {m: self.share(t for j, t in enumerate(listed) if m >> j & 1) for m in held_by}
+        self.lexical: dict[str, float] = defaultdict(float, {i: share[m] for i, m in masks.items()})
+        #: The postings read (of the completed nodes).
+        self.postings: list[Posting] = []
         #: The postings read, by node, each node's in the order they were read.
         self.by_node: dict[str, list[Posting]] = defaultdict(list)
-        self._add(self.postings)
         self._completed: set[str] = set()
 
-    def _add(self, postings: Sequence[Posting]) -> None:
-        lexical, part, by_node = self.lexical, self._part, self.by_node
-        for p in postings:
-            lexical[p[1]] += part[p[0]]
-            by_node[p[1]].append(p)
+    def _masks(self, listed: Sequence[str]) -> dict[str, int]:
+        """Node id -> the listed words it holds, bit j for ``listed[j]``."""
+        forms: dict[str, list[str]] = defaultdict(list)
+        for form, t in self._word_of.items():
+            forms[t].append(form)
+        return self._store.term_masks(self._conn, self._namespace, [forms[t] for t in listed]) if listed else {}
+
+    def share(self, words: Iterable[str]) -> float:
+        """The share of the query's informative words that ``words`` (distinct) make up."""
+        part = self._part
+        return math.fsum(part.get(t, 0.0) for t in words)
 
     def held(self, ids: Iterable[str]) -> list[Posting]:
-        """The postings read of the nodes ``ids``, node by node."""
+        """The postings read of the nodes ``ids``, node by node (of completed ones)."""
         by_node = self.by_node
         return [p for i in ids if i in by_node for p in by_node[i]]
 
     def complete(self, ids: Iterable[str]) -> None:
-        """Read the common words' postings of ``ids`` too."""
-        todo = [i for i in ids if i not in self._completed]
+        """Read the postings of ``ids``, every known word, and count the common
+        words in their shares too."""
+        todo = [i for i in dict.fromkeys(ids) if i not in self._completed]
         self._completed.update(todo)
-        if not self._common or not todo:
+        if not self.known or not todo:
             return
-        more = self._read(self._common, todo)
+        more = self._read(self.known, todo)
         self.postings.extend(more)
-        self._add(more)
+        words: dict[str, list[str]] = defaultdict(list)
+        by_node = self.by_node
+        for p in more:
+            by_node[p[1]].append(p)
+            words[p[1]].append(p[0])
+        for node_id, held in words.items():
+            self.lexical[node_id] = self.share(set(held))
 
     def _read(self, words: Sequence[str], ids: Sequence[str] | None = None) -> list[Posting]:
         """The postings of ``words`` (of the nodes ``ids`` only, when given), each form
@@ -435,22 +459,17 @@ def _top(scores: Mapping[str, float], n: int,
     hundreds; they are broken by ``order`` (node id -> (created_at, content hash)),
     the newer memory first, so the cut never depends on the order the store
     returned them in, nor on random ids."""
-    ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
-    if len(ranked) <= n:
-        return ranked
-    edge = ranked[n - 1][1]
-    lo = n - 1
-    while lo > 0 and ranked[lo - 1][1] == edge:
-        lo -= 1
-    hi = n
-    while hi < len(ranked) and ranked[hi][1] == edge:
-        hi += 1
-    if hi == n:
-        return ranked[:n]
-    tied = [i for i, _ in ranked[lo:hi]]
-    keys = order(tied)
-    tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
-    return ranked[:lo] + [(i, edge) for i in tied[: n - lo]]
+    if len(scores) <= n:
+        return sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+    # Thousands of scores, tens wanted: find the n-th score, sort only what beats it.
+    edge = heapq.nlargest(n, scores.values())[-1]
+    ranked = sorted(((i, v) for i, v in scores.items() if v > edge), key=lambda kv: kv[1], reverse=True)
+    tied = [i for i, v in scores.items() if v == edge]
+    lo = len(ranked)
+    if lo + len(tied) > n:
+        keys = order(tied)
+        tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
+    return ranked + [(i, edge) for i in tied[: n - lo]]
 
 
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:
@@ -549,14 +568,15 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: It
     df = Counter((branch_of[node_id], term) for term, node_id, _ in postings if node_id in branch_of)
     # fsum: exact, so the same in every process (a set's order is not)
     total = {b: math.fsum(_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
-    out: dict[str, float] = defaultdict(float)
+    terms: dict[str, list[float]] = defaultdict(list)
     for term, node_id, tf in postings:
         b = branch_of.get(node_id)
         if b is None:
             continue
         norm = tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * length[node_id] / max(avg[b], 1.0))
-        out[node_id] += _idf(sizes[b], df[(b, term)]) * tf * (_BM25_K1 + 1) / norm / total[b]
-    return {i: min(v, 1.0) for i, v in out.items()}
+        terms[node_id].append(_idf(sizes[b], df[(b, term)]) * tf * (_BM25_K1 + 1) / norm / total[b])
+    # fsum: the same score whatever order a node's postings were read in
+    return {i: min(math.fsum(v), 1.0) for i, v in terms.items()}
 
 
 def _line(node: Node) -> str:

@@ -31,6 +31,7 @@ from .store.sql import (
     checkpoints,
     nodes,
     oplog,
+    term_counts,
     terms,
 )
 
@@ -201,7 +202,7 @@ def compact(store: SqlStore, *, attempts: int = 20) -> None:
                     if busy is not None and busy[0]:
                         raise _Busy()
                 elif store.is_postgres:
-                    for t in ("hm_nodes", "hm_terms", "hm_oplog", "hm_outbox", "hm_checkpoints", "hm_cursors",
+                    for t in ("hm_nodes", "hm_terms", "hm_term_df", "hm_oplog", "hm_outbox", "hm_checkpoints", "hm_cursors",
                               "hm_settings"):
                         conn.exec_driver_sql(f"VACUUM FULL {t}")
                 return
@@ -229,6 +230,7 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
 
     ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace)).scalars())
     conn.execute(delete(terms).where(terms.c.namespace == namespace))
+    conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
     conn.execute(delete(nodes).where(nodes.c.namespace == namespace))
     conn.execute(delete(oplog).where(oplog.c.namespace == namespace))
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))

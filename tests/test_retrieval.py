@@ -524,8 +524,11 @@ def test_a_question_finds_the_memory_that_wrote_its_word_in_another_form(open_me
         assert "reproduce" in words and "reproduce" not in set(text.terms(gold.content))
         with mem.store.reading() as conn:
             words_read = _QueryWords(mem.store, conn, mem.namespace, ["reproduce"], 0)
-        assert set(words_read.lexical) == {gold.id}
+            assert set(words_read.lexical) == {gold.id}
+            share = words_read.lexical[gold.id]
+            words_read.complete([gold.id])
         assert {t for t, _, _ in words_read.postings} == {"reproduce"}  # read as the asked word
+        assert words_read.lexical[gold.id] == share  # the same share off its postings
 
 
 def test_memories_holding_two_forms_of_the_asked_word_count_once(open_memory, clock):

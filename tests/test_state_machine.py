@@ -28,7 +28,7 @@ from conftest import Clock  # noqa: E402  (the settable test clock, shared)
 from hypothesis import HealthCheck, event, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
-from sqlalchemy import select  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
 from hybrid_memory import (  # noqa: E402
     ROOT,
@@ -42,6 +42,7 @@ from hybrid_memory import (  # noqa: E402
     Status,
 )
 from hybrid_memory import text as hm_text  # noqa: E402
+from hybrid_memory.store.sql import term_counts  # noqa: E402
 from hybrid_memory.store.sql import terms as terms_table  # noqa: E402
 
 # -- the real model, loaded once per process ------------------------------------------
@@ -707,6 +708,18 @@ class MemoryTreeMachine(RuleBasedStateMachine):
             )}
         live = {i for i in self.live() if hm_text.terms(self.nodes[i].content)}
         assert indexed == live
+
+    @invariant()
+    def term_counts_are_the_postings_counted(self) -> None:
+        """The document frequencies kept beside the postings (what retrieval weighs
+        words by) never drift from a count of the postings themselves."""
+        with self.mem.store.reading() as conn:
+            counted = {(r[0], r[1]): r[2] for r in conn.execute(
+                select(terms_table.c.namespace, terms_table.c.term, func.count())
+                .group_by(terms_table.c.namespace, terms_table.c.term))}
+            kept = {(r[0], r[1]): r[2] for r in conn.execute(
+                select(term_counts.c.namespace, term_counts.c.term, term_counts.c.n))}
+        assert kept == counted
 
     @invariant()
     def weights_in_unit_interval(self) -> None:

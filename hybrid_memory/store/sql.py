@@ -17,6 +17,7 @@ import json
 import random
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,6 +156,19 @@ terms = Table(
     sqlite_with_rowid=False,
 )
 
+# How many nodes of a namespace hold each term (a term's document frequency), kept
+# with the postings in the same transactions: counting a common word's postings at
+# every query grows with the memory (a word in a third of 100k memories is a scan
+# of 30k index entries). Built from hm_terms on open where missing (older stores).
+term_counts = Table(
+    "hm_term_df",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("term", String(64), primary_key=True),
+    Column("n", Integer, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 oplog = Table(
     "hm_oplog",
     metadata,
@@ -288,9 +302,16 @@ class _Q:
         )
         for root in (True, False)
     }
-    term_df = (select(terms.c.term, func.count())
-               .where(terms.c.namespace == bindparam("ns"), terms.c.term.in_(bindparam("terms", expanding=True)))
-               .group_by(terms.c.term))
+    term_df = (select(term_counts.c.term, term_counts.c.n)
+               .where(term_counts.c.namespace == bindparam("ns"),
+                      term_counts.c.term.in_(bindparam("terms", expanding=True))))
+    count_up = text(f"INSERT INTO {term_counts.name} (namespace, term, n) VALUES (:ns, :term, :n) "
+                    f"ON CONFLICT (namespace, term) DO UPDATE SET n = {term_counts.name}.n + excluded.n")
+    count_down = text(f"UPDATE {term_counts.name} SET n = n - :n WHERE namespace = :ns AND term = :term")
+    count_gone = text(f"DELETE FROM {term_counts.name} WHERE namespace = :ns AND term = :term AND n <= 0")
+    held_terms = (select(terms.c.namespace, terms.c.term, func.count())
+                  .where(terms.c.node_id.in_(bindparam("ids", expanding=True)))
+                  .group_by(terms.c.namespace, terms.c.term))
     more_branches = (select(nodes.c.branch_id).where(nodes.c.namespace == bindparam("ns"), live)
                      .distinct().limit(bindparam("limit", type_=Integer)))
     live_count = select(func.count()).where(nodes.c.namespace == bindparam("ns"), live)
@@ -434,6 +455,12 @@ class SqlStore:
             for index in nodes.indexes:
                 if index.name in _LATER_INDEXES:
                     index.create(conn, checkfirst=True)
+            if conn.execute(select(term_counts.c.term).limit(1)).first() is None and \
+                    conn.execute(select(terms.c.term).limit(1)).first() is not None:
+                # A store made before the counts were kept: count its postings once.
+                conn.execute(insert(term_counts).from_select(
+                    ["namespace", "term", "n"],
+                    select(terms.c.namespace, terms.c.term, func.count()).group_by(terms.c.namespace, terms.c.term)))
             have = conn.execute(select(settings.c.value).where(settings.c.key == "schema_version")).scalar()
             if have is None:
                 conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
@@ -684,7 +711,14 @@ class SqlStore:
         equally scored candidates, the same in every copy of a memory."""
         out: dict[str, tuple[float, str]] = {}
         for chunk in _chunks(list(dict.fromkeys(ids)), 500):
-            out.update((r[0], (r[1], r[2])) for r in conn.execute(_Q.tie_keys, {"ids": chunk}).all())
+            if self.is_sqlite:
+                # Hundreds of ids at a lexical tie: through the driver's cursor (SQLAlchemy
+                # spends longer expanding the IN list than SQLite answering it).
+                sql = f"SELECT id, created_at, content_hash FROM {nodes.name} WHERE id IN ({','.join('?' * len(chunk))})"
+                rows = conn.connection.driver_connection.execute(sql, chunk).fetchall()  # type: ignore[union-attr]
+            else:
+                rows = conn.execute(_Q.tie_keys, {"ids": chunk}).all()
+            out.update((r[0], (r[1], r[2])) for r in rows)
         return out
 
     def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
@@ -786,7 +820,7 @@ class SqlStore:
     def delete_nodes(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
             conn.execute(delete(nodes).where(nodes.c.id.in_(chunk)))
-            conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
+            self._drop_terms(conn, chunk)
 
     # -- the lexical index ------------------------------------------------------
 
@@ -807,20 +841,41 @@ class SqlStore:
             rows.extend((namespace, t, node_id, n) for t, n in stored.items())
         if not rows:
             return
+        held = Counter((a, t) for a, t, _, _ in rows)
         if self.is_sqlite:
             # About ten rows a memory, none sealed: the driver's executemany, without
             # SQLAlchemy's per-row parameter processing (5x faster here).
             conn.exec_driver_sql(f"INSERT INTO {terms.name} (namespace, term, node_id, tf) VALUES (?, ?, ?, ?)", rows)
         else:
             conn.execute(_Q.insert_terms, [{"namespace": a, "term": t, "node_id": i, "tf": n} for a, t, i, n in rows])
+        self._count_terms(conn, held, 1)
 
     def unindex_terms(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
-            conn.execute(delete(terms).where(terms.c.node_id.in_(chunk)))
+            self._drop_terms(conn, chunk)
+
+    def _drop_terms(self, conn: Connection, ids: Sequence[str]) -> None:
+        """Delete the postings of ``ids`` (at most 500) and count their terms down."""
+        held = Counter({(a, t): int(n) for a, t, n in conn.execute(_Q.held_terms, {"ids": list(ids)}).all()})
+        conn.execute(delete(terms).where(terms.c.node_id.in_(ids)))
+        self._count_terms(conn, held, -1)
+
+    def _count_terms(self, conn: Connection, held: Mapping[tuple[str, str], int], sign: int) -> None:
+        """Add (sign 1) or take (-1) ``held`` ((namespace, term) -> nodes) to the
+        document frequencies. In key order: two PostgreSQL writers counting the same
+        terms lock their rows in the same order, so neither waits on the other's."""
+        if not held:
+            return
+        params = [{"ns": a, "term": t, "n": n} for (a, t), n in sorted(held.items())]
+        if sign > 0:
+            conn.execute(_Q.count_up, params)
+        else:
+            conn.execute(_Q.count_down, params)
+            conn.execute(_Q.count_gone, [{"ns": p["ns"], "term": p["term"]} for p in params])
 
     def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]:
         """How many live nodes hold each of ``query_terms`` (terms no node holds are left
-        out), counted off the index without reading the postings."""
+        out), off the counts kept with the postings."""
         if not query_terms:
             return {}
         cut = self._stored_terms(query_terms)
@@ -860,6 +915,50 @@ class SqlStore:
         if self.keyring is not None or any(len(t) > 64 for t in query_terms):
             return [(cut.get(t, t), i, tf) for t, i, tf in rows]
         return list(rows)
+
+    def term_count_drift(self, conn: Connection, namespace: str) -> int:
+        """How many terms of the namespace have a kept document frequency other than
+        their postings counted (0: the counts are right)."""
+        counted: dict[str, int] = {t: int(n) for t, n in conn.execute(
+            select(terms.c.term, func.count()).where(terms.c.namespace == namespace).group_by(terms.c.term))}
+        kept: dict[str, int] = {t: int(n) for t, n in conn.execute(
+            select(term_counts.c.term, term_counts.c.n).where(term_counts.c.namespace == namespace))}
+        return sum(1 for t in counted.keys() | kept.keys() if counted.get(t) != kept.get(t))
+
+    def recount_terms(self, conn: Connection, namespace: str) -> None:
+        """Count the namespace's document frequencies afresh off its postings."""
+        conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
+        conn.execute(insert(term_counts).from_select(
+            ["namespace", "term", "n"],
+            select(terms.c.namespace, terms.c.term, func.count()).where(terms.c.namespace == namespace)
+            .group_by(terms.c.namespace, terms.c.term)))
+
+    def term_masks(self, conn: Connection, namespace: str,
+                   groups: Sequence[Sequence[str]]) -> dict[str, int]:
+        """Node id -> mask for every live node holding a term of ``groups``: bit j of
+        the mask is set when the node holds a term of ``groups[j]`` (the forms of one
+        word, say), whichever and however many. One pass over the postings without
+        their tf (SQLite groups them slower than Python does: it sorts)."""
+        bit_of: dict[str, int] = {}
+        for j, group in enumerate(groups):
+            for stored in self._stored_terms(group):
+                bit_of[stored] = bit_of.get(stored, 0) | 1 << j
+        if not bit_of:
+            return {}
+        rows: Iterable[Any]
+        if self.is_sqlite:
+            # As postings(): the driver's cursor and plain tuples (thousands of rows).
+            sql = (f"SELECT term, node_id FROM {terms.name} WHERE namespace = ? "
+                   f"AND term IN ({','.join('?' * len(bit_of))})")
+            rows = conn.connection.driver_connection.execute(sql, [namespace, *bit_of])  # type: ignore[union-attr]
+        else:
+            rows = conn.execute(select(terms.c.term, terms.c.node_id).where(
+                terms.c.namespace == namespace, terms.c.term.in_(list(bit_of))))
+        out: dict[str, int] = {}
+        get = out.get
+        for term, node_id in rows:
+            out[node_id] = get(node_id, 0) | bit_of[term]
+        return out
 
     def has_more_branches(self, conn: Connection, namespace: str, than: int) -> bool:
         """Whether the namespace's live nodes fall into more than ``than`` branches (reads
