@@ -70,6 +70,7 @@ class Retriever:
         self.config = config
         self.namespace = namespace
         self._counted: tuple[int, int] | None = None  # (log position, live nodes) of the last count
+        self._branchy: tuple[int, int, bool] | None = None  # (log position, than, answer) of the last ask
 
     # -- with a query ------------------------------------------------------------
 
@@ -113,8 +114,7 @@ class Retriever:
             # reserved places: with so few branches, a located one singles out
             # little, and an answer in another costs only a small shortfall.
             aggregate = text.aggregate_question(query)
-            spread = aggregate or (
-                r.small_memory and not self.store.has_more_branches(conn, self.namespace, r.spread_branches))
+            spread = aggregate or (r.small_memory and not self._has_more_branches(conn, r.spread_branches))
             n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
@@ -212,6 +212,14 @@ class Retriever:
             self._counted = (seq, self.store.live_count(conn, self.namespace))
         return self._counted[1]
 
+    def _has_more_branches(self, conn: Connection, than: int) -> bool:
+        """Whether the live nodes fall into more than ``than`` branches, kept, as the
+        live count is, until the log moves on."""
+        seq = self.store.last_seq(conn, self.namespace)
+        if self._branchy is None or self._branchy[:2] != (seq, than):
+            self._branchy = (seq, than, self.store.has_more_branches(conn, self.namespace, than))
+        return self._branchy[2]
+
     def _standing(self, scored: Iterable[_Scored], taken: set[str]) -> list[_Scored]:
         """The branch's high-weight state, preferences and decisions, the query aside.
         Of ``state`` nodes only the latest per branch stands: it supersedes the rest."""
@@ -281,6 +289,15 @@ class Retriever:
             known[node_id] = _Scored(node, weight=self._weight(node, now))
         chosen: dict[str, tuple[_Scored, str]] = {}
         used = dropped = 0
+        # A node's line costs the same each time it is counted (as an ancestor of
+        # several picks, and in the rendering): count it once.
+        tokens: dict[str, int] = {}
+
+        def cost_of(node: Node) -> int:
+            if node.id not in tokens:
+                tokens[node.id] = _line_tokens(node)
+            return tokens[node.id]
+
         for s, reason in picked:
             if s.node.id in chosen:
                 # Already in as an earlier pick's ancestor: it was picked on its own
@@ -289,7 +306,7 @@ class Retriever:
                     chosen[s.node.id] = (s, reason)
                 continue
             need = [a for a in s.node.ancestor_ids if a not in chosen and a in known] + [s.node.id]
-            cost = sum(_line_tokens(known[i].node if i != s.node.id else s.node) for i in need)
+            cost = sum(cost_of(known[i].node if i != s.node.id else s.node) for i in need)
             if used + cost > budget:
                 dropped += 1
                 continue
@@ -307,7 +324,7 @@ class Retriever:
             out.append(
                 ScoredNode(
                     node=node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
-                    weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=text.count_tokens(line),
+                    weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
                     branch_factor=s.branch_factor,
                 )
             )

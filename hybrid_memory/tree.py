@@ -964,9 +964,9 @@ class MemoryTree:
             if not query.strip():
                 raise InvalidInputError("query is empty; pass None for the active task's context")
         at = self._now(now)
-        with self.store.reading() as conn:
-            active = self.store.get_cursor(conn, self.namespace, self.session)
         if query is None:
+            with self.store.reading() as conn:
+                active = self.store.get_cursor(conn, self.namespace, self.session)
             recall = self._retriever.active_context(active, k=k, budget=budget, now=at)
         else:
             recall = self._retriever.search(query, k=k, budget=budget, branches=nb, now=at)

@@ -866,12 +866,25 @@ class SqlStore:
         terms lock their rows in the same order, so neither waits on the other's."""
         if not held:
             return
-        params = [{"ns": a, "term": t, "n": n} for (a, t), n in sorted(held.items())]
+        keys = sorted(held)
+        if self.is_sqlite:
+            # Thousands of terms for a batch: the driver's executemany, as for the postings.
+            name = term_counts.name
+            if sign > 0:
+                conn.exec_driver_sql(f"INSERT INTO {name} (namespace, term, n) VALUES (?, ?, ?) ON CONFLICT "
+                                     f"(namespace, term) DO UPDATE SET n = {name}.n + excluded.n",
+                                     [(a, t, held[(a, t)]) for a, t in keys])
+            else:
+                conn.exec_driver_sql(f"UPDATE {name} SET n = n - ? WHERE namespace = ? AND term = ?",
+                                     [(held[(a, t)], a, t) for a, t in keys])
+                conn.exec_driver_sql(f"DELETE FROM {name} WHERE namespace = ? AND term = ? AND n <= 0", keys)
+            return
+        params = [{"ns": a, "term": t, "n": held[(a, t)]} for a, t in keys]
         if sign > 0:
             conn.execute(_Q.count_up, params)
         else:
             conn.execute(_Q.count_down, params)
-            conn.execute(_Q.count_gone, [{"ns": p["ns"], "term": p["term"]} for p in params])
+            conn.execute(_Q.count_gone, [{"ns": a, "term": t} for a, t in keys])
 
     def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]:
         """How many live nodes hold each of ``query_terms`` (terms no node holds are left
