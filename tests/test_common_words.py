@@ -4,6 +4,7 @@ lexical candidate on its own. With the limit off, retrieval is what it always wa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,3 +139,31 @@ def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> N
     assert _top(scores, 1, lambda ids: pytest.fail("no tie across the cut: nothing to look up")) == [("a", 0.9)]
     whole = _top(scores, 4, lambda ids: pytest.fail("the whole tie fits: nothing to look up"))
     assert sorted(whole) == [("a", 0.9), ("b", 0.5), ("c", 0.5), ("d", 0.5)]
+
+
+def test_a_handle_spreads_as_a_fresh_one_once_the_memory_grows_past_a_few_branches(
+        open_memory: Any, tmp_path: Path) -> None:
+    """Whether the memory has more branches than spread_branches (a small memory opens
+    every close branch) is kept between queries until the log moves: a handle that
+    answered while the memory was small answers as a new handle once it is not."""
+    folder = tmp_path / "m"
+    mem = open_memory(folder=folder, retrieval={"spread_branches": 2})
+    _fill(mem)  # two branches: small
+    query = "Which ticket note says the paper jam was reproduced?"
+
+    def answer(m: MemoryTree) -> list[tuple[str, float, str]]:
+        return sorted((s.node.content, s.score, s.reason) for s in m.retrieve(query, reinforce=False).nodes)
+
+    answer(mem)
+    seq_before = mem._retriever._branchy
+    assert seq_before is not None and seq_before[2] is False  # asked, and kept: small
+    for name in ("Printer fleet audit: paper jam log", "Lab bench booking: reproduced a paper jam"):
+        task = mem.add(name, type="task", parent=ROOT)
+        mem.add(f"{name.split(':')[0]} note: the ticket about the paper jam", type="event", parent=task)
+    mine = answer(mem)
+    other = open_memory(folder=folder, retrieval={"spread_branches": 2})
+    assert _agree(mine, answer(other))
+    with mem.store.reading() as conn:
+        assert mem.store.has_more_branches(conn, mem.namespace, 2)
+        assert mem._retriever._has_more_branches(conn, 2)
+    assert mem._retriever._branchy is not None and mem._retriever._branchy[0] != seq_before[0]
