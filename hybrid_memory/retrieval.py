@@ -380,7 +380,6 @@ class _QueryWords:
         # a listed word is counted again off the nodes holding it, a common one is capped.
         self.df = {t: min(n, n_docs) for t, n in df.items()}
         listed = [t for t in self.known if not common or self.df[t] <= common]
-        self._common = [t for t in self.known if t not in listed]
         masks = self._masks(listed)
         held_by = Counter(masks.values())
         merged = self._merged

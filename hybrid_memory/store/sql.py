@@ -305,10 +305,6 @@ class _Q:
     term_df = (select(term_counts.c.term, term_counts.c.n)
                .where(term_counts.c.namespace == bindparam("ns"),
                       term_counts.c.term.in_(bindparam("terms", expanding=True))))
-    count_up = text(f"INSERT INTO {term_counts.name} (namespace, term, n) VALUES (:ns, :term, :n) "
-                    f"ON CONFLICT (namespace, term) DO UPDATE SET n = {term_counts.name}.n + excluded.n")
-    count_down = text(f"UPDATE {term_counts.name} SET n = n - :n WHERE namespace = :ns AND term = :term")
-    count_gone = text(f"DELETE FROM {term_counts.name} WHERE namespace = :ns AND term = :term AND n <= 0")
     held_terms = (select(terms.c.namespace, terms.c.term, func.count())
                   .where(terms.c.node_id.in_(bindparam("ids", expanding=True)))
                   .group_by(terms.c.namespace, terms.c.term))
@@ -458,9 +454,7 @@ class SqlStore:
             if conn.execute(select(term_counts.c.term).limit(1)).first() is None and \
                     conn.execute(select(terms.c.term).limit(1)).first() is not None:
                 # A store made before the counts were kept: count its postings once.
-                conn.execute(insert(term_counts).from_select(
-                    ["namespace", "term", "n"],
-                    select(terms.c.namespace, terms.c.term, func.count()).group_by(terms.c.namespace, terms.c.term)))
+                conn.execute(insert(term_counts).from_select(["namespace", "term", "n"], _postings_counted()))
             have = conn.execute(select(settings.c.value).where(settings.c.key == "schema_version")).scalar()
             if have is None:
                 conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
@@ -867,24 +861,17 @@ class SqlStore:
         if not held:
             return
         keys = sorted(held)
-        if self.is_sqlite:
-            # Thousands of terms for a batch: the driver's executemany, as for the postings.
-            name = term_counts.name
-            if sign > 0:
-                conn.exec_driver_sql(f"INSERT INTO {name} (namespace, term, n) VALUES (?, ?, ?) ON CONFLICT "
-                                     f"(namespace, term) DO UPDATE SET n = {name}.n + excluded.n",
-                                     [(a, t, held[(a, t)]) for a, t in keys])
-            else:
-                conn.exec_driver_sql(f"UPDATE {name} SET n = n - ? WHERE namespace = ? AND term = ?",
-                                     [(held[(a, t)], a, t) for a, t in keys])
-                conn.exec_driver_sql(f"DELETE FROM {name} WHERE namespace = ? AND term = ? AND n <= 0", keys)
-            return
-        params = [{"ns": a, "term": t, "n": held[(a, t)]} for a, t in keys]
+        # Thousands of terms for a batch: the driver's executemany, as for the postings,
+        # in the driver's placeholders (SQLite's "?", psycopg's "%s").
+        name, p = term_counts.name, "?" if conn.dialect.paramstyle == "qmark" else "%s"
         if sign > 0:
-            conn.execute(_Q.count_up, params)
+            conn.exec_driver_sql(f"INSERT INTO {name} (namespace, term, n) VALUES ({p}, {p}, {p}) ON CONFLICT "
+                                 f"(namespace, term) DO UPDATE SET n = {name}.n + excluded.n",
+                                 [(a, t, held[(a, t)]) for a, t in keys])
         else:
-            conn.execute(_Q.count_down, params)
-            conn.execute(_Q.count_gone, [{"ns": a, "term": t} for a, t in keys])
+            conn.exec_driver_sql(f"UPDATE {name} SET n = n - {p} WHERE namespace = {p} AND term = {p}",
+                                 [(held[(a, t)], a, t) for a, t in keys])
+            conn.exec_driver_sql(f"DELETE FROM {name} WHERE namespace = {p} AND term = {p} AND n <= 0", keys)
 
     def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]:
         """How many live nodes hold each of ``query_terms`` (terms no node holds are left
@@ -932,8 +919,7 @@ class SqlStore:
     def term_count_drift(self, conn: Connection, namespace: str) -> int:
         """How many terms of the namespace have a kept document frequency other than
         their postings counted (0: the counts are right)."""
-        counted: dict[str, int] = {t: int(n) for t, n in conn.execute(
-            select(terms.c.term, func.count()).where(terms.c.namespace == namespace).group_by(terms.c.term))}
+        counted: dict[str, int] = {t: int(n) for _, t, n in conn.execute(_postings_counted(namespace))}
         kept: dict[str, int] = {t: int(n) for t, n in conn.execute(
             select(term_counts.c.term, term_counts.c.n).where(term_counts.c.namespace == namespace))}
         return sum(1 for t in counted.keys() | kept.keys() if counted.get(t) != kept.get(t))
@@ -941,10 +927,7 @@ class SqlStore:
     def recount_terms(self, conn: Connection, namespace: str) -> None:
         """Count the namespace's document frequencies afresh off its postings."""
         conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
-        conn.execute(insert(term_counts).from_select(
-            ["namespace", "term", "n"],
-            select(terms.c.namespace, terms.c.term, func.count()).where(terms.c.namespace == namespace)
-            .group_by(terms.c.namespace, terms.c.term)))
+        conn.execute(insert(term_counts).from_select(["namespace", "term", "n"], _postings_counted(namespace)))
 
     def term_masks(self, conn: Connection, namespace: str,
                    groups: Sequence[Sequence[str]]) -> dict[str, int]:
@@ -1180,6 +1163,15 @@ class SqlStore:
         if row is None:
             return None
         return Checkpoint(row.id, row.namespace, row.session, row.active_id, row.log_seq, row.ts, row.note)
+
+
+def _postings_counted(namespace: str | None = None) -> Any:
+    """(namespace, term, nodes holding it) off the postings, of one namespace or all:
+    what the kept document frequencies must equal."""
+    q = select(terms.c.namespace, terms.c.term, func.count())
+    if namespace is not None:
+        q = q.where(terms.c.namespace == namespace)
+    return q.group_by(terms.c.namespace, terms.c.term)
 
 
 def _chunks(items: list[T], n: int) -> Iterator[list[T]]:
