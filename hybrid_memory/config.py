@@ -79,6 +79,7 @@ class RetrievalConfig:
     outside_weight: float
     lexical_peer: float
     common_postings: int
+    in_memory_lexicon: bool
     small_memory: bool
     by_family: bool
     family_dense: float

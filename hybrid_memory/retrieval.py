@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from . import text
 from .config import Config
 from .embed import Embedder
 from .forgetting import superseded_states
+from .lexicon import Lexicon
 from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
 from .recovery import nearest
 from .store.sql import SqlStore, from_blob, node_from_row
@@ -71,6 +73,12 @@ class Retriever:
         self.namespace = namespace
         self._counted: tuple[int, int] | None = None  # (log position, live nodes) of the last count
         self._branchy: tuple[int, int, bool] | None = None  # (log position, than, answer) of the last ask
+        #: The lexical index kept in memory (retrieval.in_memory_lexicon), once built:
+        #: a handle's second query starts building it on a thread of its own.
+        self.lexicon: Lexicon | None = None
+        self._building: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._searches = 0
 
     # -- with a query ------------------------------------------------------------
 
@@ -80,8 +88,9 @@ class Retriever:
         with self.store.reading() as conn:
             # The lexical channel needs no vector: it reads while the query embeds.
             qterms = list(dict.fromkeys(text.terms(query)))
-            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count)
-            lex_top = _top(words.lexical, r.candidates, lambda ids: self.store.tie_keys(conn, ids))
+            index = self._lexical_index(conn)
+            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count, index)
+            lex_top = _top(words.lexical, r.candidates, lambda ids: index.tie_keys(conn, ids))
             qvec = vector()[0]
             dense_mix = r.dense_share * self.embedder.coverage(query)
             try:
@@ -202,6 +211,47 @@ class Retriever:
                     reserved[s.node.id] = s
         rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=rank_key)
         return sorted(reserved.values(), key=rank_key, reverse=True), rest
+
+    def _lexical_index(self, conn: Connection) -> LexicalIndex:
+        """Where this query reads the lexical index: the copy kept in memory, brought
+        up to date, or the store. A handle's second query starts building the copy on
+        a thread (reading the whole index takes about 1.5 s at 100k memories), and the
+        queries read the store until it is built; a process that asks once (a
+        command line) never reads the whole index."""
+        self._searches += 1
+        lexicon = self.lexicon
+        if lexicon is not None:
+            lexicon.sync(conn)
+            return lexicon
+        if (self._building is None and self._searches > 1 and self.config.retrieval.in_memory_lexicon
+                and self.store.is_sqlite):
+            self._building = threading.Thread(target=self._build_lexicon, name="hybrid_memory-lexicon", daemon=True)
+            self._building.start()
+        return self.store
+
+    def _build_lexicon(self) -> None:
+        lexicon = Lexicon(self.store, self.namespace, stop=self._stop)
+        try:
+            with self.store.reading() as conn:
+                lexicon.sync(conn)
+        except Exception as exc:  # the store still answers every query
+            if not self._stop.is_set():
+                log.warning("the in-memory lexical index was not built; queries read the store: %s", exc)
+            return
+        self.lexicon = lexicon
+
+    def wait_for_lexicon(self, timeout: float | None = None) -> bool:
+        """Wait until the lexical index kept in memory is built, if it is being built;
+        whether it is."""
+        if self._building is not None:
+            self._building.join(timeout)
+        return self.lexicon is not None
+
+    def close(self) -> None:
+        """Stop building the in-memory lexical index, if it is being built."""
+        self._stop.set()
+        if self._building is not None:
+            self._building.join()
 
     def _live_count(self, conn: Connection) -> int:
         """How many live nodes the namespace holds (the idf's document count). Counting
@@ -340,6 +390,20 @@ class _Ranked(Protocol):
     def score(self) -> float: ...
 
 
+class LexicalIndex(Protocol):
+    """What stage 1 reads of the lexical index: the store's methods, or a
+    :class:`~hybrid_memory.lexicon.Lexicon`'s (the same answers, from memory)."""
+
+    def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]: ...
+
+    def term_masks(self, conn: Connection, namespace: str, groups: Sequence[Sequence[str]]) -> dict[str, int]: ...
+
+    def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str],
+                 node_ids: Iterable[str] | None = None) -> list[tuple[str, str, int]]: ...
+
+    def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]: ...
+
+
 class _QueryWords:
     """The query's words in the lexical index: per node, the share of the query's
     informative (idf-weighted) words it holds (``lexical``), and the postings read.
@@ -355,8 +419,10 @@ class _QueryWords:
     words held, so it is the same however the node came to be scored."""
 
     def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int,
-                 live_count: Callable[[Connection], int] | None = None) -> None:
-        self._store, self._conn, self._namespace = store, conn, namespace
+                 live_count: Callable[[Connection], int] | None = None, index: LexicalIndex | None = None) -> None:
+        self._conn, self._namespace = conn, namespace
+        #: Where the postings are read: the store, or a copy of them kept in memory.
+        self._index: LexicalIndex = index or store
         # A word is looked up in all its inflections ("reproduce": "reproduced"...),
         # which count as the word itself from here on.
         self._word_of: dict[str, str] = {}
@@ -365,7 +431,7 @@ class _QueryWords:
                 self._word_of.setdefault(form, t)
         df: dict[str, int] = defaultdict(int)
         forms_held: dict[str, int] = defaultdict(int)  # word -> how many of its forms are stored
-        for form, n in store.term_df(conn, namespace, list(self._word_of)).items():
+        for form, n in self._index.term_df(conn, namespace, list(self._word_of)).items():
             df[self._word_of[form]] += n
             forms_held[self._word_of[form]] += 1
         # The words stored in more than one form, whose postings are merged per node:
@@ -404,7 +470,7 @@ class _QueryWords:
         forms: dict[str, list[str]] = defaultdict(list)
         for form, t in self._word_of.items():
             forms[t].append(form)
-        return self._store.term_masks(self._conn, self._namespace, [forms[t] for t in listed]) if listed else {}
+        return self._index.term_masks(self._conn, self._namespace, [forms[t] for t in listed]) if listed else {}
 
     def share(self, words: Iterable[str]) -> float:
         """The share of the query's informative words that ``words`` (distinct) make up."""
@@ -440,7 +506,7 @@ class _QueryWords:
         wanted = set(words)
         word_of = self._word_of
         forms = [f for f, t in word_of.items() if t in wanted]
-        rows = self._store.postings(self._conn, self._namespace, forms, ids)
+        rows = self._index.postings(self._conn, self._namespace, forms, ids)
         merged = self._merged
         if merged is None:
             merged = wanted

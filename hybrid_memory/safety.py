@@ -231,6 +231,7 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
     ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace)).scalars())
     conn.execute(delete(terms).where(terms.c.namespace == namespace))
     conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
+    store.mark_all_changed(conn, namespace)
     conn.execute(delete(nodes).where(nodes.c.namespace == namespace))
     conn.execute(delete(oplog).where(oplog.c.namespace == namespace))
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))

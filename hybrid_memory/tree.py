@@ -289,6 +289,7 @@ class MemoryTree:
                 log.warning("index writes left in the outbox at close: %s", exc)
         finally:
             self._closed = True
+            self._retriever.close()
             self._worker.shutdown(wait=True)
             self._index.close()
             self.store.close()

@@ -35,6 +35,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     bindparam,
     create_engine,
     delete,
@@ -167,6 +168,22 @@ term_counts = Table(
     Column("term", String(64), primary_key=True),
     Column("n", Integer, nullable=False),
     sqlite_with_rowid=False,
+)
+
+# Which nodes' postings changed, in the order they changed (SQLite): an in-process
+# copy of the lexical index (hybrid_memory.lexicon) catches up by reading the nodes
+# changed since its position instead of the whole index. One row per node, moved to
+# a new position at each change (INSERT OR REPLACE), so the table holds at most a
+# row per node; an erased namespace leaves one row without a node id: read it all again.
+terms_changed = Table(
+    "hm_terms_changed",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("node_id", String(32), nullable=False),
+    UniqueConstraint("namespace", "node_id"),
+    Index("hm_terms_changed_ns", "namespace", "seq"),
+    sqlite_autoincrement=True,
 )
 
 oplog = Table(
@@ -305,9 +322,7 @@ class _Q:
     term_df = (select(term_counts.c.term, term_counts.c.n)
                .where(term_counts.c.namespace == bindparam("ns"),
                       term_counts.c.term.in_(bindparam("terms", expanding=True))))
-    held_terms = (select(terms.c.namespace, terms.c.term, func.count())
-                  .where(terms.c.node_id.in_(bindparam("ids", expanding=True)))
-                  .group_by(terms.c.namespace, terms.c.term))
+    held_terms = select(terms.c.namespace, terms.c.term, terms.c.node_id).where(terms.c.node_id.in_(ids))
     more_branches = (select(nodes.c.branch_id).where(nodes.c.namespace == bindparam("ns"), live)
                      .distinct().limit(bindparam("limit", type_=Integer)))
     live_count = select(func.count()).where(nodes.c.namespace == bindparam("ns"), live)
@@ -715,6 +730,17 @@ class SqlStore:
             out.update((r[0], (r[1], r[2])) for r in rows)
         return out
 
+    def live_tie_keys(self, conn: Connection, namespace: str) -> dict[str, tuple[float, str]]:
+        """:meth:`tie_keys` of every live node of the namespace."""
+        if self.is_sqlite:  # 100k rows: through the driver's cursor, as plain tuples
+            raw = conn.connection.driver_connection
+            rows = raw.execute(f"SELECT id, created_at, content_hash FROM {nodes.name} "  # type: ignore[union-attr]
+                               "WHERE namespace = ? AND status = ?", (namespace, Status.LIVE.value))
+        else:
+            rows = conn.execute(select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash)
+                                .where(nodes.c.namespace == namespace, _Q.live))
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
         """The branch ids of the given nodes (unknown ids are left out)."""
         out: set[str] = set()
@@ -836,6 +862,7 @@ class SqlStore:
         if not rows:
             return
         held = Counter((a, t) for a, t, _, _ in rows)
+        self._mark_changed(conn, {(namespace, i) for i, _ in items})
         if self.is_sqlite:
             # About ten rows a memory, none sealed: the driver's executemany, without
             # SQLAlchemy's per-row parameter processing (5x faster here).
@@ -850,9 +877,50 @@ class SqlStore:
 
     def _drop_terms(self, conn: Connection, ids: Sequence[str]) -> None:
         """Delete the postings of ``ids`` (at most 500) and count their terms down."""
-        held = Counter({(a, t): int(n) for a, t, n in conn.execute(_Q.held_terms, {"ids": list(ids)}).all()})
+        rows = conn.execute(_Q.held_terms, {"ids": list(ids)}).all()
         conn.execute(delete(terms).where(terms.c.node_id.in_(ids)))
-        self._count_terms(conn, held, -1)
+        self._count_terms(conn, Counter((a, t) for a, t, _ in rows), -1)
+        self._mark_changed(conn, {(a, i) for a, _, i in rows})
+
+    def _mark_changed(self, conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
+        """Note that the postings of these (namespace, node id) changed (SQLite only:
+        a PostgreSQL sequence does not number commits in their order, so a reader
+        could not catch up by position; nothing there reads the table)."""
+        if self.is_sqlite and (rows := sorted(pairs)):
+            conn.exec_driver_sql(f"INSERT OR REPLACE INTO {terms_changed.name} (namespace, node_id) VALUES (?, ?)", rows)
+
+    def mark_all_changed(self, conn: Connection, namespace: str) -> None:
+        """Note that every posting of ``namespace`` may have changed (an erasure)."""
+        if self.is_sqlite:
+            conn.execute(delete(terms_changed).where(terms_changed.c.namespace == namespace))
+            self._mark_changed(conn, [(namespace, "")])
+
+    def terms_position(self, conn: Connection, namespace: str) -> int:
+        """The position of the namespace's last change to its postings (0: none noted)."""
+        raw = conn.connection.driver_connection
+        row = raw.execute(f"SELECT max(seq) FROM {terms_changed.name} WHERE namespace = ?",  # type: ignore[union-attr]
+                          (namespace,)).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def terms_changed_since(self, conn: Connection, namespace: str, seq: int) -> list[str]:
+        """The nodes whose postings changed after position ``seq`` ("" for an erasure)."""
+        raw = conn.connection.driver_connection
+        return [r[0] for r in raw.execute(  # type: ignore[union-attr]
+            f"SELECT node_id FROM {terms_changed.name} WHERE namespace = ? AND seq > ?", (namespace, seq))]
+
+    def all_postings(self, conn: Connection, namespace: str, node_ids: Sequence[str] | None = None
+                     ) -> list[tuple[str, str, int]]:
+        """(stored term, node id, tf) of every posting of the namespace (of ``node_ids``
+        only, when given), as stored: terms cut or blinded, by term then node id."""
+        raw = conn.connection.driver_connection
+        sql = f"SELECT term, node_id, tf FROM {terms.name} WHERE namespace = ?"
+        if node_ids is None:
+            return raw.execute(sql + " ORDER BY term, node_id", (namespace,)).fetchall()  # type: ignore[union-attr,no-any-return]
+        out: list[tuple[str, str, int]] = []
+        for chunk in _chunks(list(node_ids), 500):
+            out.extend(raw.execute(sql + f" AND node_id IN ({','.join('?' * len(chunk))})",  # type: ignore[union-attr]
+                                   [namespace, *chunk]).fetchall())
+        return out
 
     def _count_terms(self, conn: Connection, held: Mapping[tuple[str, str], int], sign: int) -> None:
         """Add (sign 1) or take (-1) ``held`` ((namespace, term) -> nodes) to the
