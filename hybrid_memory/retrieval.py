@@ -259,7 +259,13 @@ class Retriever:
         count is kept until the log moves on (a seek to its last position)."""
         seq = self.store.last_seq(conn, self.namespace)
         if self._counted is None or self._counted[0] != seq:
-            self._counted = (seq, self.store.live_count(conn, self.namespace))
+            # After adds alone (an agent's loop: write, ask), the count moves by the
+            # nodes added, read off the log (SQLite: positions are commits in order).
+            count = None
+            if self._counted is not None and self.store.is_sqlite and seq > self._counted[0]:
+                added = self.store.live_added(conn, self.namespace, self._counted[0], seq)
+                count = None if added is None else self._counted[1] + added
+            self._counted = (seq, self.store.live_count(conn, self.namespace) if count is None else count)
         return self._counted[1]
 
     def _has_more_branches(self, conn: Connection, than: int) -> bool:

@@ -117,6 +117,50 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
     assert not _agree(mine, first)
 
 
+def test_the_kept_count_follows_adds_off_the_log(open_memory: Any, tmp_path: Any) -> None:
+    """An agent's loop (write, ask): after adds one by one and in batches, twins that
+    merge, a focus, feedback and a pin between the questions, the handle's kept count
+    is the live count, read again only when some other operation was logged, and the
+    handle answers as a new one."""
+    folder = tmp_path / "m"
+    mem = open_memory(folder=folder)
+    _fill(mem)
+    query = "哪条工单备注提到酒店发票？"
+    mem.retrieve(query, reinforce=False)
+    notes = [n for n in mem.nodes() if n.content.startswith("工单备注")]
+    task = notes[0].parent_id
+    counted = []
+    real = mem.store.live_count
+
+    def counting(conn: Any, namespace: str) -> int:
+        counted.append(namespace)
+        return real(conn, namespace)
+
+    mem.store.live_count = counting  # type: ignore[method-assign]
+    for i, change in enumerate((
+        lambda: mem.add("工单备注：酒店发票需要盖章", type="event", parent=task),
+        lambda: mem.add_many([{"content": f"Ticket note {i}: hotel invoice stamped", "type": "event", "parent": task}
+                              for i in range(3)]),
+        lambda: mem.add("工单备注：酒店发票需要盖章", type="event", parent=task),  # a twin: merged
+        lambda: mem.focus(notes[0]),
+        lambda: mem.feedback(notes[-1], importance=0.9),
+        lambda: mem.pin(notes[-1]),
+        lambda: mem.archive(notes[0]),  # not an add: counted again
+    )):
+        change()
+        with mem.store.reading() as conn:
+            assert mem._retriever._live_count(conn) == real(conn, mem.namespace)
+        mine = sorted((s.node.content, s.score) for s in mem.retrieve(query, reinforce=False).nodes)
+        other = open_memory(folder=folder)
+        answer = sorted((s.node.content, s.score) for s in other.retrieve(query, reinforce=False).nodes)
+        other.close()
+        assert _agree(mine, answer), i
+    if mem.store.is_sqlite:  # the adds moved the count off the log; the merge and the archive read it
+        assert len(counted) == 2
+    else:  # PostgreSQL numbers entries out of commit order: every move of the log is counted
+        assert len(counted) == 7
+
+
 def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> None:
     """Lexical candidates: memories holding the same query words tie, often by the
     hundreds. The cut takes exactly n, the newer first, then by content hash, however

@@ -407,6 +407,10 @@ def _is_locked(exc: BaseException) -> bool:
     )
 
 
+#: Logged operations that leave a namespace's live set as it was.
+_LIVE_NEUTRAL = frozenset({"access", "focus", "checkpoint", "feedback", "pin", "move"})
+
+
 class SqlStore:
     """The relational store, over any SQLAlchemy URL (SQLite by default)."""
 
@@ -1148,6 +1152,24 @@ class SqlStore:
         """Replace unreadable log payloads by a marker, so that readers of the log can skip them."""
         for chunk in _chunks(list(seqs), 500):
             conn.execute(update(oplog).where(oplog.c.seq.in_(chunk)).values(payload='{"corrupt": true}'))
+
+    def live_added(self, conn: Connection, namespace: str, after: int, upto: int) -> int | None:
+        """How many live nodes the namespace gained from log position ``after`` to
+        ``upto`` (SQLite), when every entry between is an add or leaves the live set
+        as it was (a read, focus, checkpoint, feedback, pin or move); None otherwise
+        (the count must be read again)."""
+        raw = conn.connection.driver_connection
+        rows = raw.execute(f"SELECT op, node_id FROM {oplog.name} WHERE namespace = ? AND seq > ? "  # type: ignore[union-attr]
+                           "AND seq <= ? LIMIT 1001", (namespace, after, upto)).fetchall()
+        if len(rows) > 1000 or any(op not in _LIVE_NEUTRAL and op != "add" for op, _ in rows):
+            return None
+        added = list(dict.fromkeys(i for op, i in rows if op == "add" and i is not None))
+        n = 0
+        for chunk in _chunks(added, 500):
+            n += raw.execute(f"SELECT count(*) FROM {nodes.name} WHERE status = ? "  # type: ignore[union-attr]
+                             f"AND namespace = ? AND id IN ({','.join('?' * len(chunk))})",
+                             [Status.LIVE.value, namespace, *chunk]).fetchone()[0]
+        return n
 
     def last_seq(self, conn: Connection, namespace: str) -> int:
         value = conn.execute(_Q.last_seq, {"ns": namespace}).scalar()
