@@ -22,6 +22,7 @@ order of their sequence numbers, so a reader could not catch up by position.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Connection
 from .store.sql import SqlStore
 
 _EMPTY = np.zeros(0, dtype=np.int32)
+_first, _second, _third = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 #: Changes read one by one before the whole index is read again instead: at least
 #: this many nodes, or a quarter of the nodes known, whichever is more.
 _CATCH_UP_MIN = 2000
@@ -74,6 +76,8 @@ class Lexicon:
         self._over: dict[str, dict[int, int]] = {}  # term -> {node number: tf}, of nodes changed since
         self._held: dict[int, list[str]] = {}  # node number -> its terms in the overlay
         self._n_base = self._n_over = 0  # postings in the arrays, in the overlay
+        # node id -> tie key, read from the store when first asked (a few hundred a
+        # query, the same ones again and again); a changed node's is read again
         self._ties: dict[str, tuple[float, str]] = {}
 
     # -- keeping in step -------------------------------------------------------------
@@ -104,42 +108,36 @@ class Lexicon:
         self._reset()
         self.loads += 1
         raw = conn.connection.driver_connection
-        ns = self._namespace
-        ties = self._store.live_tie_keys(conn, ns)
-        ids = sorted(ties)
-        ix = {i: k for k, i in enumerate(ids)}
+        ids: list[str] = []
+        ix: dict[str, int] = {}
         counts: Counter[str] = Counter()
         node_parts: list[np.ndarray[Any, Any]] = []
         tf_parts: list[np.ndarray[Any, Any]] = []
         cur = raw.execute(  # type: ignore[union-attr]
-            "SELECT term, node_id, tf FROM hm_terms WHERE namespace = ? ORDER BY term, node_id", (ns,))
+            "SELECT term, node_id, tf FROM hm_terms WHERE namespace = ? ORDER BY term, node_id", (self._namespace,))
         while rows := cur.fetchmany(_READ_CHUNK):
             if self._stop.is_set():
                 self._reset()
                 raise Stopped("the read of the lexical index was stopped")
-            counts.update(r[0] for r in rows)
-            numbers = []
-            for r in rows:
-                k = ix.get(r[1])
-                if k is None:  # a posting of a node not live: kept, as the store's answers would
-                    k = ix[r[1]] = len(ids)
-                    ids.append(r[1])
-                numbers.append(k)
-            node_parts.append(np.asarray(numbers, dtype=np.int32))
-            tf_parts.append(np.fromiter((r[2] for r in rows), dtype=np.int32, count=len(rows)))
+            counts.update(map(_first, rows))
+            held = list(map(_second, rows))
+            for i in sorted(set(held).difference(ix)):  # numbered as first seen
+                ix[i] = len(ids)
+                ids.append(i)
+            node_parts.append(np.fromiter(map(ix.__getitem__, held), dtype=np.int32, count=len(rows)))
+            tf_parts.append(np.fromiter(map(_third, rows), dtype=np.int32, count=len(rows)))
         nodes = np.concatenate(node_parts) if node_parts else _EMPTY
         tfs = np.concatenate(tf_parts) if tf_parts else _EMPTY
         start = 0
         base = self._base
-        numbered_late = len(ids) > len(ties)
-        for term, n in counts.items():  # in the order read: by term, then node id
+        for term, n in counts.items():  # in the order read: by term
             part = nodes[start:start + n], tfs[start:start + n]
-            if numbered_late and n > 1 and not bool(np.all(part[0][1:] > part[0][:-1])):
-                order = np.argsort(part[0], kind="stable")  # a late-numbered node breaks the id order
+            if n > 1 and not bool(np.all(part[0][1:] > part[0][:-1])):
+                order = np.argsort(part[0], kind="stable")  # numbered in another chunk than its neighbours
                 part = part[0][order], part[1][order]
             base[term] = part
             start += n
-        self._ids, self._ix, self._ties = ids, ix, ties
+        self._ids, self._ix = ids, ix
         self._n_base = len(nodes)
         self._stale = np.zeros(len(ids), dtype=bool)
 
@@ -147,7 +145,6 @@ class Lexicon:
         """Read the postings of the nodes ``changed`` into the overlay."""
         store, ns = self._store, self._namespace
         self.caught_up += len(changed)
-        ties = store.tie_keys(conn, changed)
         rows = store.all_postings(conn, ns, changed)
         ids, ix, over, held = self._ids, self._ix, self._over, self._held
         for i in changed:
@@ -171,9 +168,6 @@ class Lexicon:
             over.setdefault(t, {})[k] = tf
             held.setdefault(k, []).append(t)
             self._n_over += 1
-        for i in {r[1] for r in rows}:
-            if i in ties:
-                self._ties[i] = ties[i]
         if self._n_over > max(_FOLD_MIN, _FOLD_SHARE * self._n_base):
             self._fold()
 
@@ -296,14 +290,17 @@ class Lexicon:
         return out
 
     def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
-        """As :meth:`SqlStore.tie_keys`, for nodes holding postings."""
+        """As :meth:`SqlStore.tie_keys`."""
         with self._lock:
             return self._tie_keys(conn, ids)
 
     def _tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
-        ties = self._ties
-        missing = [i for i in dict.fromkeys(ids) if i not in ties]
-        out = {i: ties[i] for i in dict.fromkeys(ids) if i in ties}
-        if missing:  # not a node with postings: as the store has it
-            out.update(self._store.tie_keys(conn, missing))
-        return out
+        ties, wanted = self._ties, list(dict.fromkeys(ids))
+        missing = [i for i in wanted if i not in ties]
+        if missing:
+            read = self._store.tie_keys(conn, missing)
+            # Kept for the nodes whose changes the copy follows (those with postings).
+            ties.update((i, key) for i, key in read.items() if i in self._ix)
+        else:
+            read = {}
+        return {i: ties[i] if i in ties else read[i] for i in wanted if i in ties or i in read}

@@ -215,7 +215,7 @@ class Retriever:
     def _lexical_index(self, conn: Connection) -> LexicalIndex:
         """Where this query reads the lexical index: the copy kept in memory, brought
         up to date, or the store. A handle's second query starts building the copy on
-        a thread (reading the whole index takes about 1.2 s at 100k memories), and the
+        a thread (reading the whole index takes about 0.9 s at 100k memories), and the
         queries read the store until it is built; a process that asks once (a
         command line) never reads the whole index."""
         self._searches += 1
