@@ -107,14 +107,12 @@ class Lexicon:
         """Read the namespace's whole lexical index."""
         self._reset()
         self.loads += 1
-        raw = conn.connection.driver_connection
         ids: list[str] = []
         ix: dict[str, int] = {}
         counts: Counter[str] = Counter()
         node_parts: list[np.ndarray[Any, Any]] = []
         tf_parts: list[np.ndarray[Any, Any]] = []
-        cur = raw.execute(  # type: ignore[union-attr]
-            "SELECT term, node_id, tf FROM hm_terms WHERE namespace = ? ORDER BY term, node_id", (self._namespace,))
+        cur = self._store.all_postings(conn, self._namespace)
         while rows := cur.fetchmany(_READ_CHUNK):
             if self._stop.is_set():
                 self._reset()
@@ -145,7 +143,7 @@ class Lexicon:
         """Read the postings of the nodes ``changed`` into the overlay."""
         store, ns = self._store, self._namespace
         self.caught_up += len(changed)
-        rows = store.all_postings(conn, ns, changed)
+        rows = store.postings_of(conn, ns, changed)
         ids, ix, over, held = self._ids, self._ix, self._over, self._held
         for i in changed:
             k = ix.get(i)

@@ -734,17 +734,6 @@ class SqlStore:
             out.update((r[0], (r[1], r[2])) for r in rows)
         return out
 
-    def live_tie_keys(self, conn: Connection, namespace: str) -> dict[str, tuple[float, str]]:
-        """:meth:`tie_keys` of every live node of the namespace."""
-        if self.is_sqlite:  # 100k rows: through the driver's cursor, as plain tuples
-            raw = conn.connection.driver_connection
-            rows = raw.execute(f"SELECT id, created_at, content_hash FROM {nodes.name} "  # type: ignore[union-attr]
-                               "WHERE namespace = ? AND status = ?", (namespace, Status.LIVE.value))
-        else:
-            rows = conn.execute(select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash)
-                                .where(nodes.c.namespace == namespace, _Q.live))
-        return {r[0]: (r[1], r[2]) for r in rows}
-
     def branches_of(self, conn: Connection, ids: Iterable[str]) -> set[str]:
         """The branch ids of the given nodes (unknown ids are left out)."""
         out: set[str] = set()
@@ -912,14 +901,17 @@ class SqlStore:
         return [r[0] for r in raw.execute(  # type: ignore[union-attr]
             f"SELECT node_id FROM {terms_changed.name} WHERE namespace = ? AND seq > ?", (namespace, seq))]
 
-    def all_postings(self, conn: Connection, namespace: str, node_ids: Sequence[str] | None = None
-                     ) -> list[tuple[str, str, int]]:
-        """(stored term, node id, tf) of every posting of the namespace (of ``node_ids``
-        only, when given), as stored: terms cut or blinded, by term then node id."""
+    def all_postings(self, conn: Connection, namespace: str) -> Any:
+        """A cursor over (stored term, node id, tf) of every posting of the namespace,
+        as stored (terms cut or blinded), by term then node id: read it in chunks."""
+        raw = conn.connection.driver_connection
+        return raw.execute(  # type: ignore[union-attr]
+            f"SELECT term, node_id, tf FROM {terms.name} WHERE namespace = ? ORDER BY term, node_id", (namespace,))
+
+    def postings_of(self, conn: Connection, namespace: str, node_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+        """(stored term, node id, tf) of every posting of the nodes ``node_ids``."""
         raw = conn.connection.driver_connection
         sql = f"SELECT term, node_id, tf FROM {terms.name} WHERE namespace = ?"
-        if node_ids is None:
-            return raw.execute(sql + " ORDER BY term, node_id", (namespace,)).fetchall()  # type: ignore[union-attr,no-any-return]
         out: list[tuple[str, str, int]] = []
         for chunk in _chunks(list(node_ids), 500):
             out.extend(raw.execute(sql + f" AND node_id IN ({','.join('?' * len(chunk))})",  # type: ignore[union-attr]
