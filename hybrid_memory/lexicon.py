@@ -48,6 +48,34 @@ class Stopped(Exception):
     """A read of the whole lexical index was stopped (its handle is closing)."""
 
 
+class Marks:
+    """The nodes holding some of a query's words, as arrays: ``nodes`` (node numbers,
+    in the order :meth:`Lexicon.term_masks` lists them) and ``masks`` (bit j: holds a
+    word of group j). ``ids`` and ``ix`` translate numbers and ids (the copy's own
+    tables: numbers are never reused, so they stay valid after later syncs)."""
+
+    def __init__(self, nodes: np.ndarray[Any, Any], masks: np.ndarray[Any, Any], ids: list[str],
+                 ix: dict[str, int]) -> None:
+        self.nodes, self.masks, self._ids, self._ix = nodes, masks, ids, ix
+        self._sorted: np.ndarray[Any, Any] | None = None
+
+    def ids_of(self, nodes: np.ndarray[Any, Any]) -> list[str]:
+        ids = self._ids
+        return [ids[k] for k in nodes.tolist()]
+
+    def row_of(self, node_id: str) -> int:
+        """The row of ``node_id`` in ``nodes``, or -1."""
+        k = self._ix.get(node_id)
+        if k is None or not len(self.nodes):
+            return -1
+        if self._sorted is None:
+            self._sorted = np.argsort(self.nodes, kind="stable")
+        at = int(np.searchsorted(self.nodes, k, sorter=self._sorted))
+        if at < len(self.nodes) and self.nodes[self._sorted[at]] == k:
+            return int(self._sorted[at])
+        return -1
+
+
 class Lexicon:
     """The postings of one namespace's live memories, in memory (see the module)."""
 
@@ -223,32 +251,47 @@ class Lexicon:
             return self._term_masks(conn, namespace, groups)
 
     def _term_masks(self, conn: Connection, namespace: str, groups: Sequence[Sequence[str]]) -> dict[str, int]:
+        if len(groups) > 62:  # the masks outgrow 64 bits: fold them as Python ints
+            ids, out = self._ids, dict[str, int]()
+            for stored, bit in self._bits(groups).items():
+                for k in self._holders(stored).tolist():
+                    out[ids[k]] = out.get(ids[k], 0) | bit
+            return out
+        marks = self._mask_arrays(groups)
+        return dict(zip(marks.ids_of(marks.nodes), marks.masks.tolist(), strict=True))
+
+    def term_mask_arrays(self, conn: Connection, namespace: str, groups: Sequence[Sequence[str]]) -> Marks | None:
+        """As :meth:`term_masks`, as arrays (node numbers, masks) that name the nodes
+        only when asked: a common query word is held by thousands of memories, of
+        which stage 1 keeps tens. None for more than 62 groups (64-bit masks)."""
+        if len(groups) > 62:
+            return None
+        with self._lock:
+            return self._mask_arrays(groups)
+
+    def _bits(self, groups: Sequence[Sequence[str]]) -> dict[str, int]:
         bit_of: dict[str, int] = {}
         for j, group in enumerate(groups):
             for stored in self._store._stored_terms(group):
                 bit_of[stored] = bit_of.get(stored, 0) | 1 << j
-        ids = self._ids
-        if len(groups) > 62:  # the masks outgrow 64 bits: fold them as Python ints
-            out: dict[str, int] = {}
-            for stored, bit in bit_of.items():
-                for k in self._holders(stored).tolist():
-                    out[ids[k]] = out.get(ids[k], 0) | bit
-            return out
+        return bit_of
+
+    def _mask_arrays(self, groups: Sequence[Sequence[str]]) -> Marks:
         parts, bits = [], []
-        for stored, bit in bit_of.items():
+        for stored, bit in self._bits(groups).items():
             held = self._holders(stored)
             if len(held):
                 parts.append(held)
                 bits.append(np.full(len(held), bit, dtype=np.int64))
         if not parts:
-            return {}
+            return Marks(_EMPTY, np.zeros(0, dtype=np.int64), self._ids, self._ix)
         nodes, masks = np.concatenate(parts), np.concatenate(bits)
         if len(parts) > 1:
             order = np.argsort(nodes, kind="stable")
             nodes, masks = nodes[order], masks[order]
             starts = np.flatnonzero(np.concatenate(([True], nodes[1:] != nodes[:-1])))
             nodes, masks = nodes[starts], np.bitwise_or.reduceat(masks, starts)
-        return dict(zip([ids[k] for k in nodes.tolist()], masks.tolist(), strict=True))
+        return Marks(nodes, masks, self._ids, self._ix)
 
     def _holders(self, stored: str) -> np.ndarray[Any, Any]:
         nodes = self._live(stored)[0]

@@ -27,7 +27,7 @@ from . import text
 from .config import Config
 from .embed import Embedder
 from .forgetting import superseded_states
-from .lexicon import Lexicon
+from .lexicon import Lexicon, Marks
 from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
 from .recovery import nearest
 from .store.sql import SqlStore, from_blob, node_from_row
@@ -90,7 +90,7 @@ class Retriever:
             qterms = list(dict.fromkeys(text.terms(query)))
             index = self._lexical_index(conn)
             words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count, index)
-            lex_top = _top(words.lexical, r.candidates, lambda ids: index.tie_keys(conn, ids))
+            lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
             qvec = vector()[0]
             dense_mix = r.dense_share * self.embedder.coverage(query)
             try:
@@ -452,8 +452,15 @@ class _QueryWords:
         # a listed word is counted again off the nodes holding it, a common one is capped.
         self.df = {t: min(n, n_docs) for t, n in df.items()}
         listed = [t for t in self.known if not common or self.df[t] <= common]
-        masks = self._masks(listed)
-        held_by = Counter(masks.values())
+        # From the copy kept in memory, the holders come as arrays and are named only
+        # when they become candidates (a common word: thousands of holders, tens kept).
+        marks = self._mask_arrays(listed)
+        if marks is not None:
+            distinct, which, counts = np.unique(marks.masks, return_inverse=True, return_counts=True)
+            held_by: Mapping[int, int] = dict(zip(distinct.tolist(), counts.tolist(), strict=True))
+        else:
+            masks = self._masks(listed)
+            held_by = Counter(masks.values())
         merged = self._merged
         for j, t in enumerate(listed):
             if merged is None or t in merged:
@@ -464,19 +471,41 @@ class _QueryWords:
         total = sum(self.idf.values())
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
         share = {m: self.share(t for j, t in enumerate(listed) if m >> j & 1) for m in held_by}
-        self.lexical: dict[str, float] = defaultdict(float, {i: share[m] for i, m in masks.items()})
+        #: Node id -> its share (0.0 for a node holding none of the listed words).
+        self.lexical: dict[str, float]
+        if marks is not None:
+            values = np.array([share[m] for m in distinct.tolist()], dtype=np.float64)[which.reshape(-1)]
+            self.lexical = _Shares(marks, values)
+        else:
+            self.lexical = defaultdict(float, {i: share[m] for i, m in masks.items()})
         #: The postings read (of the completed nodes).
         self.postings: list[Posting] = []
         #: The postings read, by node, each node's in the order they were read.
         self.by_node: dict[str, list[Posting]] = defaultdict(list)
         self._completed: set[str] = set()
 
-    def _masks(self, listed: Sequence[str]) -> dict[str, int]:
-        """Node id -> the listed words it holds, bit j for ``listed[j]``."""
+    def _groups(self, listed: Sequence[str]) -> list[list[str]]:
         forms: dict[str, list[str]] = defaultdict(list)
         for form, t in self._word_of.items():
             forms[t].append(form)
-        return self._index.term_masks(self._conn, self._namespace, [forms[t] for t in listed]) if listed else {}
+        return [forms[t] for t in listed]
+
+    def _masks(self, listed: Sequence[str]) -> dict[str, int]:
+        """Node id -> the listed words it holds, bit j for ``listed[j]``."""
+        return self._index.term_masks(self._conn, self._namespace, self._groups(listed)) if listed else {}
+
+    def _mask_arrays(self, listed: Sequence[str]) -> Marks | None:
+        """:meth:`_masks` as arrays, when the index is a copy kept in memory (None otherwise)."""
+        if not listed or not isinstance(self._index, Lexicon):
+            return None
+        return self._index.term_mask_arrays(self._conn, self._namespace, self._groups(listed))
+
+    def top(self, n: int, order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
+        """The n best lexical candidates, as :func:`_top` picks them."""
+        shares = self.lexical
+        if isinstance(shares, _Shares) and not dict.__len__(shares):
+            return shares.top(n, order)
+        return _top(shares, n, order)
 
     def share(self, words: Iterable[str]) -> float:
         """The share of the query's informative words that ``words`` (distinct) make up."""
@@ -527,6 +556,44 @@ class _QueryWords:
             else:
                 out.append((word, node_id, n))
         return out + [(term, node_id, n) for (term, node_id), n in tf.items()]
+
+
+class _Shares(dict[str, float]):
+    """The lexical shares of the nodes holding a listed query word, kept as arrays
+    (:class:`~hybrid_memory.lexicon.Marks`) and read by id when asked; the shares
+    set later (completed nodes) are plain entries and take precedence. A node
+    holding none of the words reads 0.0 and is not added."""
+
+    def __init__(self, marks: Marks, values: np.ndarray[Any, Any]) -> None:
+        super().__init__()
+        self._marks, self._values = marks, values
+
+    def get(self, key: str, default: float = 0.0) -> float:  # type: ignore[override]
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        row = self._marks.row_of(key)
+        return float(self._values[row]) if row >= 0 else default
+
+    def __missing__(self, key: str) -> float:
+        return self.get(key, 0.0)
+
+    def top(self, n: int, order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
+        """:func:`_top` over the arrays: the same pairs in the same order, naming only
+        the nodes that beat or tie the n-th score."""
+        values, nodes = self._values, self._marks.nodes
+        if len(values) <= n:
+            at = np.argsort(-values, kind="stable")
+            return list(zip(self._marks.ids_of(nodes[at]), values[at].tolist(), strict=True))
+        edge = float(np.partition(values, len(values) - n)[len(values) - n])
+        above = np.flatnonzero(values > edge)
+        above = above[np.argsort(-values[above], kind="stable")]
+        ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
+        tied = self._marks.ids_of(nodes[values == edge])
+        lo = len(ranked)
+        if lo + len(tied) > n:
+            keys = order(tied)
+            tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
+        return ranked + [(i, edge) for i in tied[: n - lo]]
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
