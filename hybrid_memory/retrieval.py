@@ -588,12 +588,7 @@ class _Shares(dict[str, float]):
         above = np.flatnonzero(values > edge)
         above = above[np.argsort(-values[above], kind="stable")]
         ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
-        tied = self._marks.ids_of(nodes[values == edge])
-        lo = len(ranked)
-        if lo + len(tied) > n:
-            keys = order(tied)
-            tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
-        return ranked + [(i, edge) for i in tied[: n - lo]]
+        return _cut_ties(ranked, self._marks.ids_of(nodes[values == edge]), edge, n, order)
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
@@ -619,7 +614,13 @@ def _top(scores: Mapping[str, float], n: int,
     # Thousands of scores, tens wanted: find the n-th score, sort only what beats it.
     edge = heapq.nlargest(n, scores.values())[-1]
     ranked = sorted(((i, v) for i, v in scores.items() if v > edge), key=lambda kv: kv[1], reverse=True)
-    tied = [i for i, v in scores.items() if v == edge]
+    return _cut_ties(ranked, [i for i, v in scores.items() if v == edge], edge, n, order)
+
+
+def _cut_ties(ranked: list[tuple[str, float]], tied: list[str], edge: float, n: int,
+              order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
+    """``ranked`` (the pairs that beat the n-th score ``edge``), then as many of
+    ``tied`` (the ids scoring ``edge``) as the n places leave, newer memory first."""
     lo = len(ranked)
     if lo + len(tied) > n:
         keys = order(tied)
