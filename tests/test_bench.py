@@ -19,6 +19,10 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
                            rss_retrievals=30, cold_runs=1)
     assert out["nodes"] == 160 and 1 <= out["queries"] <= 6
     assert out["embedding"]["batch_texts_per_s"] > 0 and out["add_many_nodes_per_s"] > 0
+    # One embedding call beside each single add: the floor the add is compared with.
+    beside = out["embedding"]["beside_add_ms"]
+    assert 0 < beside["p50"] <= beside["p95"]
+    assert out["add_over_embed_p50"] == pytest.approx(out["add_ms"]["p50"] / beside["p50"], rel=1e-2)
     for key in ("add_ms", "chroma_upsert_1_ms", "retrieve_ms", "retrieve_no_embedding_ms", "flat_vector_ms"):
         lat = out[key]
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"], key
