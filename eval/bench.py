@@ -196,6 +196,12 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         out["rss_mb_after_retrievals"] = round(rss_mb(), 1)
         live = mem.stats().live
         steps.update()
+    if asked and rss_retrievals:
+        # The same reading in a process of its own, as an agent holds the memory: the
+        # bench process above also holds the trace, its vector cache and what writing
+        # the memory left behind.
+        out["rss_mb_own_process"] = rss_in_own_process(folder, [q["text"] for q in asked], rss_retrievals,
+                                                       config_file, workdir)
 
     _, ms = timed(lambda: _reopen(folder, vectors, config))
     out["open_recover_ms"] = round(ms, 1)
@@ -222,6 +228,38 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     steps.update()
     steps.close()
     return out
+
+
+def rss_in_own_process(folder: Path, questions: Sequence[str], retrievals: int, config_file: Path | None,
+                       workdir: Path) -> dict[str, float]:
+    """Resident memory (MB) of a new process that opens the memory in ``folder`` with
+    the configured embedder: after open, and after ``retrievals`` retrievals cycling
+    through ``questions`` (each embedded, as an agent's would be)."""
+    asked = workdir / f"rss-questions-{os.getpid()}.json"
+    asked.write_text(json.dumps(list(questions)), encoding="utf-8")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(
+        [str(root), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    argv = [sys.executable, "-c", "import sys; from eval.bench import _rss_probe; _rss_probe(sys.argv[1:])",
+            str(folder), str(asked), str(retrievals), str(config_file or "")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    asked.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the resident-memory probe failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return {k: float(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
+def _rss_probe(argv: Sequence[str]) -> None:
+    """The body of :func:`rss_in_own_process`'s process: prints its figures as JSON."""
+    folder, asked, retrievals, config_file = Path(argv[0]), Path(argv[1]), int(argv[2]), argv[3]
+    questions = json.loads(asked.read_text(encoding="utf-8"))
+    config = Config.load(Path(config_file) if config_file else None)
+    with MemoryTree.open(folder, namespace="bench", embedder=make_embedder(config.embedding), config=config) as mem:
+        after_open = rss_mb()
+        for i in range(retrievals):
+            mem.retrieve(questions[i % len(questions)], k=K)
+        after = rss_mb()
+    print(json.dumps({"after_open": round(after_open, 1), "after_retrievals": round(after, 1)}))
 
 
 class FillerEmbedder:
@@ -419,13 +457,18 @@ def _embed_1(r: Mapping[str, Any]) -> float:
     return float(emb.get("beside_add_ms", emb["single_ms"])["p50"])
 
 
+def _own_rss(r: Mapping[str, Any]) -> str:
+    own = r.get("rss_mb_own_process")
+    return "-" if not own else f"{own['after_retrievals']:.0f}"
+
+
 def table(results: dict[str, Any]) -> str:
     """The markdown table of a run."""
     head = ("| nodes | embed batch /s | add_many /s | add p50 ms | embed 1 p50 ms | add / embed 1 "
             "| Chroma upsert 1 p50 ms "
             "| retrieve p50/p95 ms "
             "| no-embed p50/p95 ms | flat_vector p50/p95 ms | ratio | recall hybrid / flat "
-            "| open+recover ms | forget ms | RSS MB | bytes/node | cold stats / retrieve ms | export / import s |")
+            "| open+recover ms | forget ms | RSS MB bench / own process | bytes/node | cold stats / retrieve ms | export / import s |")
     rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results["sizes"].values():
         rv, nv, fv = r.get("retrieve_ms", {}), r.get("retrieve_no_embedding_ms", {}), r.get("flat_vector_ms", {})
@@ -438,7 +481,8 @@ def table(results: dict[str, Any]) -> str:
             f"| {rv.get('p50', 0):.1f} / {rv.get('p95', 0):.1f} | {nv.get('p50', 0):.1f} / {nv.get('p95', 0):.1f} "
             f"| {fv.get('p50', 0):.2f} / {fv.get('p95', 0):.2f} | {r.get('retrieve_over_flat_p50', 0):.1f}x "
             f"| {rec.get('hybrid', 0):.3f} / {rec.get('flat_vector', 0):.3f} | {r['open_recover_ms']:.0f} "
-            f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} | {r['disk_bytes_per_node']:.0f} "
+            f"| {r['forget_dry_run_ms']:.0f} | {r['rss_mb_after_retrievals']:.0f} / {_own_rss(r)} "
+            f"| {r['disk_bytes_per_node']:.0f} "
             f"| {r['cold_start_ms']['stats']:.0f} / {r['cold_start_ms']['retrieve']:.0f} "
             f"| {r.get('export_ms', 0) / 1000:.1f} / {r.get('import_ms', 0) / 1000:.1f} |"
         )

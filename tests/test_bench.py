@@ -33,6 +33,8 @@ def test_one_size_reports_every_figure(tmp_path: Path) -> None:
     assert 0 < out["forget_would_archive"] <= out["live_nodes"]
     assert out["open_recover_ms"] > 0 and out["forget_dry_run_ms"] > 0
     assert out["disk_bytes_per_node"] > 0 and out["rss_mb_after_retrievals"] > 0
+    own = out["rss_mb_own_process"]  # a process of its own that opened the memory and retrieved
+    assert set(own) == {"after_open", "after_retrievals"} and 0 < own["after_open"] <= own["after_retrievals"] * 1.05
     assert out["export_ms"] > 0 and out["import_ms"] > 0
     assert out["imported_live_nodes"] == out["live_nodes"]
     assert set(out["cold_start_ms"]) == {"stats", "recover", "retrieve"}

@@ -355,30 +355,32 @@ class _Q:
     }
 
 
+#: Enum members by stored value: a dict lookup instead of the Enum call per row.
+_TYPES = {t.value: t for t in NodeType}
+_STATUSES = {s.value: s for s in Status}
+#: The columns a Node is made of, in its field order (``merged`` is not stored).
+_NODE_COLUMNS = tuple(name for name in Node.__dataclass_fields__ if name != "merged")
+
+
 def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> Node:
+    """The :class:`Node` of a stored row.
+
+    Retrieval makes a Node of every row it scores (about a hundred a query), and a
+    frozen dataclass's ``__init__`` sets each of its twenty fields through
+    ``object.__setattr__``: the fields go into the new instance's ``__dict__`` in one
+    update instead, which is what that ``__init__`` ends with (Node has no
+    ``__post_init__``; ``tests/test_store.py`` checks the two give equal nodes)."""
     m = row._mapping if isinstance(row, Row) else row
-    return Node(
-        id=m["id"],
-        namespace=m["namespace"],
-        parent_id=m["parent_id"],
-        type=NodeType(m["type"]),
-        content=m["content"],
-        meta={} if m["meta"] == "{}" else json.loads(m["meta"]),
-        importance=m["importance"],
-        confidence=m["confidence"],
-        access_count=m["access_count"],
-        pinned=bool(m["pinned"]),
-        status=Status(m["status"]),
-        version=m["version"],
-        depth=m["depth"],
-        path=m["path"],
-        branch_id=m["branch_id"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        accessed_at=m["accessed_at"],
-        active_at=m["active_at"],
-        merged=merged,
-    )
+    values = {name: m[name] for name in _NODE_COLUMNS}
+    kind, status, meta = values["type"], values["status"], values["meta"]
+    values["type"] = _TYPES.get(kind) or NodeType(kind)  # (an unknown value raises as the Enum does)
+    values["status"] = _STATUSES.get(status) or Status(status)
+    values["meta"] = {} if meta == "{}" else json.loads(meta)
+    values["pinned"] = bool(values["pinned"])
+    values["merged"] = merged
+    node = object.__new__(Node)
+    node.__dict__.update(values)
+    return node
 
 
 def to_blob(vector: np.ndarray[Any, Any]) -> bytes:
