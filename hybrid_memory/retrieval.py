@@ -128,8 +128,12 @@ class Retriever:
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
             every_branch = {b: s for s, b, _ in scored_branches}
+            # The located branch's family (its top-level task's tree) is opened with it.
+            family = self._family(conn, scored_branches[0][1], cand_rows, branch_score, every_branch)
+            for b in family:
+                every_branch.setdefault(b, best)
 
-            rows = self.store.branch_rows(conn, self.namespace, list(branch_score))
+            rows = self.store.branch_rows(conn, self.namespace, [*branch_score, *family])
             branch_nodes = [node_from_row(row) for row in rows]
             words.complete({n.id: None for n in branch_nodes})
             local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
@@ -139,9 +143,10 @@ class Retriever:
             # question whose answer spans branches still reaches it. A node pays for
             # how far its branch's score falls behind the located (best) one.
             scored: dict[str, _Scored] = {}
-            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
+            dense_rows = matrix @ qvec
+            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, dense_rows, strict=True)]
             entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
-                        for i, row in cand_rows.items() if row.branch_id not in branch_score]
+                        for i, row in cand_rows.items() if row.branch_id not in branch_score and row.branch_id not in family]
             # A node of an unopened branch that holds the query's informative words as
             # fully as the best node of the opened branches is about the same thing
             # (the same subject, written down in another session): it pays nothing
@@ -157,7 +162,7 @@ class Retriever:
                 # Opened branches pay branch_weight (spread_weight for a spreading
                 # question) of their shortfall, other branches outside_weight, peers nothing.
                 bw = (r.spread_weight if spread else r.branch_weight) if node.branch_id in branch_score else \
-                    0.0 if node.id in peers else r.outside_weight
+                    0.0 if node.id in peers or node.branch_id in family else r.outside_weight
                 s.branch_factor = branch_factor(s.branch_score, best, bw)
                 s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * s.branch_factor
                 scored[node.id] = s
@@ -169,7 +174,8 @@ class Retriever:
             with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
             pool = [s for s in scored.values() if s.similarity >= r.min_similarity
                     and not (s.node.type is NodeType.TASK and s.node.id in with_members)
-                    and (s.node.branch_id in branch_score or s.node.id in peers or s.similarity >= ratio * top_sim)]
+                    and (s.node.branch_id in branch_score or s.node.branch_id in family or s.node.id in peers
+                         or s.similarity >= ratio * top_sim)]
             # The k best-scored memories, and the standing ones of the opened branches
             # besides; their ancestors come with them as context.
             groups: dict[str, list[_Scored]] = {b: [] for b in branch_score}
@@ -195,6 +201,19 @@ class Retriever:
             budget_tokens=budget,
             dropped=recall[3],
         )
+
+    def _family(self, conn: Connection, located: str, cand_rows: Mapping[str, Any], opened: Mapping[str, float],
+                every_branch: Mapping[str, float]) -> set[str]:
+        """The branches of ``located``'s family (the tree of its top-level task) not
+        opened already, at most ``retrieval.family_open``: those stage 1 scored first,
+        best first, then the newest. Empty when the family is one branch."""
+        n = self.config.retrieval.family_open
+        if n <= 0 or not self.config.retrieval.by_family:
+            return set()
+        root = next(row.path.split("/", 1)[0] for row in cand_rows.values() if row.branch_id == located)
+        others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
+        others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0), _desc(b)))
+        return set(others[:n])
 
     def _pick(self, pool: Sequence[_Scored], groups: Sequence[Sequence[_Scored]], k: int,
               floor: float) -> tuple[list[_Scored], list[_Scored]]:
@@ -589,6 +608,11 @@ class _Shares(dict[str, float]):
         above = above[np.argsort(-values[above], kind="stable")]
         ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
         return _cut_ties(ranked, self._marks.ids_of(nodes[values == edge]), edge, n, order)
+
+
+def _desc(node_id: str) -> tuple[int, ...]:
+    """A sort key putting later ids (newer nodes) first."""
+    return tuple(-ord(c) for c in node_id)
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:

@@ -658,6 +658,7 @@ BAD_CONFIG = [
     pytest.param({"retrieval": {"budget_tokens": -1}}, id="budget-negative"),
     pytest.param({"retrieval": {"branch_by": "deepest_task"}}, id="unknown-branch-mode"),
     pytest.param({"retrieval": {"standing_types": ["memo"]}}, id="unknown-standing-type"),
+    pytest.param({"retrieval": {"family_open": -1}}, id="family-open-negative"),
     pytest.param({"weights": {"half_life_s": 0}}, id="half-life-zero"),
     pytest.param({"weights": {"importance": -1.0}}, id="negative-coefficient"),
     pytest.param({"weights": {"importance_by_type": {"task": 1.2}}}, id="type-default-above-1"),

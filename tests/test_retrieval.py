@@ -879,3 +879,37 @@ def test_two_namespaces_in_one_folder_never_see_each_other(open_memory, clock, t
     recall = beta.retrieve("What was the hotel bill on my expense claim?")
     assert recall.branches[0].branch_id == b_ids["exp"]
     assert len(beta.nodes()) == len(b_ids) + 1
+
+
+FAMILY_WIDE_QUERY = {"en": "What does Elena Taylor still need to hand in for TRV-9459 besides her flight?",
+                     "zh": "刘芳出差TRV-9459，领事馆要什么照片？"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_located_branchs_family_is_opened_with_it(open_memory, clock, lang):
+    """retrieval.family_open: the other branches of the located branch's family (the
+    trip above a located visa subtask, the visa subtask under a located trip) are
+    read whole, their words weighed inside the opened branches, and their nodes pay
+    nothing for their branch. Off (0), they compete as stage-1 candidates of an
+    unopened branch and pay its shortfall, or are not scored at all."""
+    query = FAMILY_WIDE_QUERY[lang]
+    recalls, keys = {}, {}
+    for n in (0, 2):
+        mem = open_memory(namespace=f"family{n}", retrieval={"family_open": n}, **NO_FLUSH)
+        ids = build(mem, clock, [*FAMILY[lang], *(EN if lang == "en" else ZH)])
+        recall = mem.retrieve(query, k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys[n] = {v: k for k, v in ids.items()}
+        recalls[n] = {keys[n][s.node.id]: s for s in recall.nodes}
+        located = keys[n][recall.branches[0].branch_id]
+        family = {"trip", "visa"} - {keys[n][b.branch_id] for b in recall.branches}
+        assert located in {"trip", "visa"} and family, named(recall, ids)
+    opened, closed = recalls[2], recalls[0]
+    other = {"en": "visa", "zh": "trip"}[lang]  # the family branch stage 1 did not open
+    members = [k for k, s in opened.items() if keys[2].get(s.node.branch_id) == other and s.reason == "hit"]
+    assert members, "no hit from the family's other branch"
+    assert all(opened[k].branch_factor == 1.0 for k in members)
+    if lang == "en":  # the visa's letter is found only with the family opened
+        assert "visa_letter" in members and "visa_letter" not in closed
+    else:  # the trip's status line paid for its branch before
+        assert closed["trip_state"].branch_factor < 1.0 == opened["trip_state"].branch_factor

@@ -703,6 +703,16 @@ class SqlStore:
             q = q.where(nodes.c.status == status.value)
         return list(conn.execute(q))
 
+    def branches_under(self, conn: Connection, namespace: str, root_id: str) -> list[str]:
+        """The branches (their head ids) of the live nodes under ``root_id``, itself
+        included: a top-level task's family. By id."""
+        lo, hi = subtree_range(f"{root_id}/")
+        q = (select(nodes.c.branch_id).distinct()
+             .where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi,
+                    nodes.c.status == Status.LIVE.value)
+             .order_by(nodes.c.branch_id))
+        return [r[0] for r in conn.execute(q)]
+
     def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Row[Any]]:
         """Every live node of the given branches, with its embedding."""
         return cast("list[Row[Any]]", list(conn.execute(_Q.branch_rows, {"ns": namespace, "branches": list(branch_ids)}).all()))
