@@ -143,8 +143,7 @@ class Retriever:
             # question whose answer spans branches still reaches it. A node pays for
             # how far its branch's score falls behind the located (best) one.
             scored: dict[str, _Scored] = {}
-            dense_rows = matrix @ qvec
-            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, dense_rows, strict=True)]
+            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
             entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
                         for i, row in cand_rows.items() if row.branch_id not in branch_score and row.branch_id not in family]
             # A node of an unopened branch that holds the query's informative words as
@@ -212,7 +211,8 @@ class Retriever:
             return set()
         root = next(row.path.split("/", 1)[0] for row in cand_rows.values() if row.branch_id == located)
         others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
-        others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0), _desc(b)))
+        others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)
+        others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0)))
         return set(others[:n])
 
     def _pick(self, pool: Sequence[_Scored], groups: Sequence[Sequence[_Scored]], k: int,
@@ -608,11 +608,6 @@ class _Shares(dict[str, float]):
         above = above[np.argsort(-values[above], kind="stable")]
         ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
         return _cut_ties(ranked, self._marks.ids_of(nodes[values == edge]), edge, n, order)
-
-
-def _desc(node_id: str) -> tuple[int, ...]:
-    """A sort key putting later ids (newer nodes) first."""
-    return tuple(-ord(c) for c in node_id)
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:

@@ -369,7 +369,7 @@ def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> No
     frozen dataclass's ``__init__`` sets each of its twenty fields through
     ``object.__setattr__``: the fields go into the new instance's ``__dict__`` in one
     update instead, which is what that ``__init__`` ends with (Node has no
-    ``__post_init__``; ``tests/test_store.py`` checks the two give equal nodes)."""
+    ``__post_init__``; ``tests/test_node_rows.py`` checks the two give equal nodes)."""
     m = row._mapping if isinstance(row, Row) else row
     values = {name: m[name] for name in _NODE_COLUMNS}
     kind, status, meta = values["type"], values["status"], values["meta"]
