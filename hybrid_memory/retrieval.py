@@ -133,6 +133,7 @@ class Retriever:
             for b in family:
                 every_branch.setdefault(b, best)
 
+            opened = branch_score.keys() | family
             rows = self.store.branch_rows(conn, self.namespace, [*branch_score, *family])
             branch_nodes = [node_from_row(row) for row in rows]
             words.complete({n.id: None for n in branch_nodes})
@@ -145,7 +146,7 @@ class Retriever:
             scored: dict[str, _Scored] = {}
             entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
             entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
-                        for i, row in cand_rows.items() if row.branch_id not in branch_score and row.branch_id not in family]
+                        for i, row in cand_rows.items() if row.branch_id not in opened]
             # A node of an unopened branch that holds the query's informative words as
             # fully as the best node of the opened branches is about the same thing
             # (the same subject, written down in another session): it pays nothing
@@ -173,7 +174,7 @@ class Retriever:
             with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
             pool = [s for s in scored.values() if s.similarity >= r.min_similarity
                     and not (s.node.type is NodeType.TASK and s.node.id in with_members)
-                    and (s.node.branch_id in branch_score or s.node.branch_id in family or s.node.id in peers
+                    and (s.node.branch_id in opened or s.node.id in peers
                          or s.similarity >= ratio * top_sim)]
             # The k best-scored memories, and the standing ones of the opened branches
             # besides; their ancestors come with them as context.
@@ -209,7 +210,7 @@ class Retriever:
         n = self.config.retrieval.family_open
         if n <= 0 or not self.config.retrieval.by_family:
             return set()
-        root = next(row.path.split("/", 1)[0] for row in cand_rows.values() if row.branch_id == located)
+        root = next(_top_task(row.path) for row in cand_rows.values() if row.branch_id == located)
         others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
         others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)
         others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0)))
@@ -659,6 +660,11 @@ def _idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
+def _top_task(path: str) -> str:
+    """The id of the top-level task a node's path starts at (its family)."""
+    return path.split("/", 1)[0]
+
+
 def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
     lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
@@ -684,7 +690,7 @@ def _branch_scores(
     """
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
-        groups[row.path.split("/", 1)[0] if by_family else row.branch_id][i] = row
+        groups[_top_task(row.path) if by_family else row.branch_id][i] = row
     held: dict[str, list[Posting]] = defaultdict(list)  # a candidate's postings
     for p in postings:
         if p[1] in cand_rows:
