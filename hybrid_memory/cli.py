@@ -19,7 +19,7 @@ from .config import Config
 from .crypto import Keyring, generate_key
 from .errors import ConfigError, HybridMemoryError, InvalidInputError
 from .ids import short_id
-from .model import Drift, Node, tree_order
+from .model import Drift, Node, path_ids, tree_order
 from .portability import describe, recent_ops
 from .store.sql import SqlStore, audit
 from .tree import MemoryTree
@@ -121,7 +121,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         if not nodes:
             print("(empty)")
             return 0
-        active_path = set(active.path.rstrip("/").split("/")) if active else set()
+        active_path = set(path_ids(active.path)) if active else set()
         children: dict[str | None, list[Node]] = {}
         ids = {n.id for n in nodes}
         for n in tree_order(nodes):

@@ -62,7 +62,7 @@ class Node:
     @property
     def ancestor_ids(self) -> list[str]:
         """Ids from the root down to the parent."""
-        return self.path.rstrip("/").split("/")[:-1]
+        return path_ids(self.path)[:-1]
 
     @property
     def live(self) -> bool:
@@ -217,13 +217,23 @@ class ForgetReport:
     details: tuple[tuple[str, float], ...] = field(default=())
 
 
+def path_ids(path: str) -> list[str]:
+    """The ids of a materialised path ("rootid/.../thisid/"), root first."""
+    return path.rstrip("/").split("/")
+
+
+def root_of(path: str) -> str:
+    """The id of the root (top-level task) a materialised path starts at."""
+    return path.split("/", 1)[0]
+
+
 def tree_order(nodes: Sequence[Node]) -> list[Node]:
     """Parents before children, siblings oldest first: the order contexts are rendered in.
     Ancestors missing from ``nodes`` sort by id."""
     created = {n.id: (n.created_at, n.id) for n in nodes}
 
     def key(n: Node) -> tuple[tuple[float, str], ...]:
-        return tuple(created.get(i, (0.0, i)) for i in n.path.rstrip("/").split("/"))
+        return tuple(created.get(i, (0.0, i)) for i in path_ids(n.path))
 
     return sorted(nodes, key=key)
 

@@ -77,7 +77,7 @@ from .errors import (
     StorageError,
 )
 from .ids import short_id
-from .model import NodeType, Status
+from .model import NodeType, Status, path_ids
 from .store.sql import checkpoints, cursors, nodes, oplog, to_blob
 from .weights import check_unit
 from .writing import branch_info_for, content_hash, to_json
@@ -412,7 +412,7 @@ class _Replay:
         node = _node_values(p, o.node_id, ghost)
         self._put(node, ghost)
         if o.op == "add":
-            self._touch(node["path"].rstrip("/").split("/")[:-1], "active_at", o.ts)
+            self._touch(path_ids(node["path"])[:-1], "active_at", o.ts)
             if p.get("focus"):
                 self.s.cursors[o.session] = (node["id"], o.ts)
 
@@ -426,7 +426,7 @@ class _Replay:
         for k in ("importance", "confidence", "accessed_at", "version"):
             if k in p:
                 n[k] = p[k]
-        self._touch(n["path"].rstrip("/").split("/")[:-1], "active_at", o.ts)
+        self._touch(path_ids(n["path"])[:-1], "active_at", o.ts)
 
     def op_update(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         n = self._node(o.node_id)
@@ -490,7 +490,7 @@ class _Replay:
         row["version"] += 1
         row["updated_at"] = o.ts
         if parent is not None:
-            self._touch(parent["path"].rstrip("/").split("/"), "active_at", o.ts)
+            self._touch(path_ids(parent["path"]), "active_at", o.ts)
 
     def op_focus(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         if o.node_id is not None:
@@ -1400,7 +1400,7 @@ def _check_tree(snap: _Snapshot, cursor_lines: Sequence[int]) -> None:
             raise BadSnapshotError(f"node {n['id']}: path {n['path']!r} does not match its parents ({expected!r})", line)
         if n["depth"] != n["path"].count("/") - 1:
             raise BadSnapshotError(f"node {n['id']}: depth {n['depth']} does not match its path", line)
-        if n["branch_id"] not in n["path"].rstrip("/").split("/"):
+        if n["branch_id"] not in path_ids(n["path"]):
             raise BadSnapshotError(f"node {n['id']}: branch head {n['branch_id']} is not on its path", line)
     for c, line in zip(snap.cursors, cursor_lines, strict=True):
         if c["active_id"] is not None and c["active_id"] not in by_id:

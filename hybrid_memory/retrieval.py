@@ -28,7 +28,7 @@ from .config import Config
 from .embed import Embedder
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
-from .model import BranchScore, Node, NodeType, Recall, ScoredNode, tree_order
+from .model import BranchScore, Node, NodeType, Recall, ScoredNode, path_ids, root_of, tree_order
 from .recovery import nearest
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
@@ -210,7 +210,7 @@ class Retriever:
         n = self.config.retrieval.family_open
         if n <= 0 or not self.config.retrieval.by_family:
             return set()
-        root = next(_top_task(row.path) for row in cand_rows.values() if row.branch_id == located)
+        root = next(root_of(row.path) for row in cand_rows.values() if row.branch_id == located)
         others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
         others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)
         others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0)))
@@ -327,7 +327,7 @@ class Retriever:
             if row is None or row.status != "live":
                 return Recall(None, (), "", 0, (), budget)
             anchor = self.store.get(conn, row.branch_id) or row
-            path_ids = set(row.path.rstrip("/").split("/"))
+            on_path = set(path_ids(row.path))
             scored: dict[str, _Scored] = {}
             for r in self.store.subtree(conn, self.namespace, anchor.path, status=None):
                 if r.status != "live":
@@ -336,7 +336,7 @@ class Retriever:
                 s = _Scored(node, weight=self._weight(node, now))
                 s.score = s.weight
                 scored[node.id] = s
-            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in path_ids), key=rank_key)
+            top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in on_path), key=rank_key)
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
             nodes, context, tokens, dropped = self._assemble(conn, None, picked, scored, budget, now)
@@ -660,11 +660,6 @@ def _idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-def _top_task(path: str) -> str:
-    """The id of the top-level task a node's path starts at (its family)."""
-    return path.split("/", 1)[0]
-
-
 def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
     lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
@@ -690,7 +685,7 @@ def _branch_scores(
     """
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
-        groups[_top_task(row.path) if by_family else row.branch_id][i] = row
+        groups[root_of(row.path) if by_family else row.branch_id][i] = row
     held: dict[str, list[Posting]] = defaultdict(list)  # a candidate's postings
     for p in postings:
         if p[1] in cand_rows:

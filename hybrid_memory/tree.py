@@ -44,6 +44,7 @@ from .model import (
     RecoveryState,
     Stats,
     Status,
+    path_ids,
     tree_order,
 )
 from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
@@ -355,7 +356,7 @@ class MemoryTree:
         self._live_check()
         with self.store.reading() as conn:
             row = self._writer.row(conn, node)
-            ids = row.path.rstrip("/").split("/")
+            ids = path_ids(row.path)
             rows = self.store.get_many(conn, ids)
         return [node_from_row(rows[i]) for i in ids]
 
@@ -631,7 +632,7 @@ class MemoryTree:
                     **({"parent_id": None if parent is None else parent.id, "version": r.version + 1, "updated_at": now} if r.id == row.id else {}),
                 )
             if parent is not None:
-                self.store.touch(conn, parent.path.rstrip("/").split("/"), "active_at", now)
+                self.store.touch(conn, path_ids(parent.path), "active_at", now)
             self.store.log(conn, self.namespace, self.session, now, "move", row.id,
                            {"parent": None if parent is None else parent.id, "branch_by": mode})  # portability: replay regroups
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
@@ -746,7 +747,7 @@ class MemoryTree:
             row = self._writer.row(conn, node, ancestors=True)
             if row.status == Status.LIVE.value:
                 return node_from_row(row)
-            ancestors = self.store.get_many(conn, row.path.rstrip("/").split("/")[:-1])
+            ancestors = self.store.get_many(conn, path_ids(row.path)[:-1])
             ids = [a.id for a in ancestors.values() if a.status != Status.LIVE.value]
             ids += [
                 r.id for r in self.store.lock_subtree(conn, self.namespace, row.path)
@@ -893,7 +894,7 @@ class MemoryTree:
             active = self.store.get_cursor(conn, self.namespace, self.session)
             arow = self.store.get(conn, active) if active else None
             if arow is not None:
-                protected.update(arow.path.rstrip("/").split("/"))
+                protected.update(path_ids(arow.path))
             (ids, parents, types, branches, paths, pinned, importance, confidence, accessed,
              created, updated, read, below) = (list(c) for c in zip(*rows, strict=True)) if rows else ([] for _ in range(13))
             touched = np.maximum.reduce([np.array(created), np.array(updated), np.array(read), np.array(below)])
@@ -1060,7 +1061,7 @@ class MemoryTree:
             path: tuple[Node, ...] = ()
             state = None
             if active is not None:
-                ids = active.path.rstrip("/").split("/")
+                ids = path_ids(active.path)
                 rows = self.store.get_many(conn, ids)
                 path = tuple(node_from_row(rows[i]) for i in ids)
                 branch = self.store.branch_rows(conn, self.namespace, [active.branch_id])
@@ -1093,7 +1094,7 @@ class MemoryTree:
             archived=by_status.get(Status.ARCHIVED.value, 0),
             depth=depth,
             by_type=by_type,
-            active_path=tuple(arow.path.rstrip("/").split("/")) if arow is not None else (),
+            active_path=tuple(path_ids(arow.path)) if arow is not None else (),
             last_checkpoint_at=last.ts if last else None,
             disk_bytes=disk,
             log_seq=seq,

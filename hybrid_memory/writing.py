@@ -28,7 +28,7 @@ from .errors import (
     NotFoundError,
 )
 from .ids import new_node_id
-from .model import Node, NodeType, Status
+from .model import Node, NodeType, Status, path_ids
 from .recovery import nearest
 from .store.sql import SqlStore, node_from_row, to_blob
 from .store.vectors import VectorIndex
@@ -222,7 +222,7 @@ class Writer:
             focus = p.type is NodeType.TASK and cfg.write.focus_new_tasks
             if focus:
                 payload["focus"] = True  # portability: replay moves the cursor too
-            pending.add(row, counts, path.rstrip("/").split("/")[:-1], payload, focus=focus)
+            pending.add(row, counts, path_ids(path)[:-1], payload, focus=focus)
             if focus:
                 active_id = node_id
             self.fault("add_many_item")
@@ -430,7 +430,7 @@ class Writer:
             version=twin["version"] + 1,
         )
         self.store.update_node(conn, twin["id"], **values)
-        self.store.touch(conn, twin["path"].rstrip("/").split("/")[:-1], "active_at", p.ts)
+        self.store.touch(conn, path_ids(twin["path"])[:-1], "active_at", p.ts)
         self.store.log(conn, self.namespace, self.session, p.ts, "merge", twin["id"], dict(values, content=p.content))
         return node_from_row(self.store.get(conn, twin["id"]), merged=True)  # type: ignore[arg-type]
 

@@ -52,7 +52,7 @@ from sqlalchemy.types import TypeDecorator
 
 from ..crypto import KEY_ENV, KEY_FILE_ENV, Keyring, missing_keys
 from ..errors import EncryptionKeyError, StorageError
-from ..model import Checkpoint, Node, NodeType, Status
+from ..model import Checkpoint, Node, NodeType, Status, path_ids, root_of
 from ..text import content_hash as text_content_hash
 
 T = TypeVar("T")
@@ -600,7 +600,7 @@ class SqlStore:
             return row
         locked: set[str] = set()
         while row is not None:
-            ids = row.path.rstrip("/").split("/")
+            ids = path_ids(row.path)
             if locked.issuperset(ids):
                 return row
             # Root first, like every path lock: two of them in one tree meet at the root
@@ -788,7 +788,7 @@ class SqlStore:
         while True:
             locked.update(r[0] for r in conn.execute(roots))
             rows = self.live_rows(conn, namespace, (*columns, nodes.c.path.label("_locked_path")))
-            if all(r._locked_path.split("/", 1)[0] in locked for r in rows):
+            if all(root_of(r._locked_path) in locked for r in rows):
                 return [tuple(r)[:-1] for r in rows]
 
     def child_count(self, conn: Connection, namespace: str, parent_id: str | None, limit: int) -> int:
