@@ -871,7 +871,8 @@ def export(mem: MemoryTree, path: str | os.PathLike[str], *, include_log: bool =
             total = int(conn.execute(select(func.count()).where(where)).scalar_one())
             if include_log:
                 total += int(conn.execute(select(func.count()).where(oplog.c.namespace == ns)).scalar_one())
-            blob = conn.execute(select(nodes.c.embedding).where(where).limit(1)).scalar()
+            blob = conn.execute(select(nodes.c.embedding).where(where, func.length(nodes.c.embedding) > 0)
+                                .limit(1)).scalar()
             header = {
                 "format": FORMAT, "version": VERSION, "namespace": ns, "embed_model": mem.embedder.name,
                 "dim": len(blob) // 4 if blob is not None else None,
@@ -925,8 +926,9 @@ def _node_line(m: Mapping[str, Any]) -> dict[str, Any]:
         out[c.name] = m[c.name]
     out["pinned"] = bool(m["pinned"])
     out["meta"] = json.loads(m["meta"])
+    # null for a node whose vector is still being computed: an import embeds it.
     vec = np.frombuffer(m["embedding"], dtype=np.float32).astype("<f4")
-    out["embedding"] = base64.b64encode(vec.tobytes()).decode("ascii")
+    out["embedding"] = base64.b64encode(vec.tobytes()).decode("ascii") if len(vec) else None
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from .model import Drift
-from .store.sql import SqlStore
+from .store.sql import EMBED, SqlStore
 from .store.vectors import VectorIndex
 
 log = logging.getLogger("hybrid_memory")
@@ -41,10 +41,17 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
         rows = store.pending(conn, namespace)
         if not rows:
             return 0
+        # A node committed before its vector keeps its EMBED row until the vector's
+        # commit turns it into an upsert (or an open embeds it); once the node has a
+        # vector, or is gone, the row is an upsert like any other.
+        waiting = store.unembedded(conn, sorted({r.node_id for r in rows if r.action == EMBED}))
+        rows = [r for r in rows if not (r.action == EMBED and r.node_id in waiting)]
+        if not rows:
+            return 0
         last: dict[str, str] = {}
         for r in rows:  # the last action on a node wins
             last.pop(r.node_id, None)
-            last[r.node_id] = r.action
+            last[r.node_id] = "upsert" if r.action == EMBED else r.action
         wanted = [i for i, a in last.items() if a == "upsert"]
         live = store.get_many(conn, wanted, live_only=True)
         vectors = store.embeddings(conn, list(live))

@@ -107,8 +107,9 @@ class Retriever:
             # Every candidate's dense score from its stored embedding: the index only
             # proposes candidates, so its float arithmetic (and an approximate search
             # that may order near-ties differently after a reload) never decides.
+            # (A node whose vector is still being computed, the empty blob, has no dense score.)
             for node_id, row in cand_rows.items():
-                dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec))
+                dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
 
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
@@ -138,7 +139,9 @@ class Retriever:
             branch_nodes = [node_from_row(row) for row in rows]
             words.complete({n.id: None for n in branch_nodes})
             local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
-            matrix = np.stack([from_blob(row.embedding) for row in rows]) if rows else np.zeros((0, len(qvec)))
+            zero = np.zeros(len(qvec), dtype=np.float32)
+            matrix = np.stack([from_blob(row.embedding) if row.embedding else zero for row in rows]) if rows \
+                else np.zeros((0, len(qvec)))
             # The opened branches, every node, with lexical scores counted inside each
             # branch; and the strongest stage-1 candidates of the other branches, so a
             # question whose answer spans branches still reaches it. A node pays for

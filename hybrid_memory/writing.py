@@ -30,7 +30,7 @@ from .errors import (
 from .ids import new_node_id
 from .model import Node, NodeType, Status, path_ids
 from .recovery import nearest
-from .store.sql import SqlStore, node_from_row, to_blob
+from .store.sql import EMBED, SqlStore, node_from_row, to_blob
 from .store.vectors import VectorIndex
 from .weights import blend, check_unit
 
@@ -148,7 +148,7 @@ class Writer:
             return [[] for _ in range(len(vectors))]
 
     def write_batch(self, conn: Connection, prepared: Sequence[Prepared],
-                    vectors: np.ndarray[Any, Any] | Embedding) -> list[Node]:
+                    vectors: np.ndarray[Any, Any] | Embedding) -> Written:
         """Write ``prepared`` in ``conn``'s transaction: each item becomes a new node or
         reinforces its twin. Statements are gathered per kind and written together
         (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
@@ -156,8 +156,10 @@ class Writer:
 
         ``vectors`` may be an :class:`Embedding` still running on another thread: the
         reads that need no vector are done first (:meth:`_read_ahead`), then the
-        items wait for it (a single item that :meth:`_settled_by_words` settles is
-        written first and gets its vector before the commit)."""
+        items wait for it. A single item that :meth:`_settled_by_words` settles waits
+        for nothing: it is written with the empty blob and an EMBED outbox row, the
+        transaction commits while the embedder runs, and :meth:`settle` stores the
+        vector (``Written.late``)."""
         ns, cfg = self.namespace, self.config
         active_id = self.store.get_cursor(conn, ns, self.session)
         seen = _Seen(self, conn, prepared, active_id)
@@ -169,7 +171,7 @@ class Writer:
             if len(prepared) == 1 and self._settled_by_words(seen, prepared[0], active_id):
                 # No stored memory can be this one's twin but by its words: write it
                 # now, and its embedding once the embedder returns it.
-                late, rows = vectors, np.zeros((1, self.embedder.dim), dtype=np.float32)
+                late, rows = vectors, np.zeros((1, self.embedder.dim), dtype=np.float32)  # (compared with nothing)
         index_near: list[list[tuple[str, float]]] = []
 
         def from_index(i: int) -> list[tuple[str, float]]:
@@ -215,7 +217,8 @@ class Writer:
                 confidence=p.confidence, access_count=0, pinned=p.pinned, status=Status.LIVE.value,
                 version=1, depth=depth, path=path, branch_id=branch, created_at=p.ts, updated_at=p.ts,
                 accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=self.store.content_hash(p.content),
-                tokens=text.count_tokens(p.content), embedding=to_blob(vec), embed_model=self.embedder.name,
+                tokens=text.count_tokens(p.content), embedding=b"" if late is not None else to_blob(vec),
+                embed_model=self.embedder.name,
             )
             seen.rows[node_id] = row
             payload = {k: v for k, v in row.items() if k not in ("embedding",)}
@@ -245,10 +248,26 @@ class Writer:
             values = dict(importance=importance)
             self.store.update_node(conn, node_id, **values)
             self.store.log(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
-        if late is not None:
-            got = late.all()
-            self.store.set_embeddings(conn, [(n.id, to_blob(v)) for n, v in zip(out, got, strict=True) if not n.merged])
-        return out
+        return Written(out, late)
+
+    def settle(self, written: Written) -> None:
+        """Store the vectors of a batch committed before them (``written.late``), in a
+        commit of their own that does not wait for the disk: they are derived from
+        the committed contents, and a node that a crash or a power cut leaves without
+        its vector is embedded at the next open."""
+        if written.late is None or all(n.merged for n in written.nodes):
+            return
+        try:
+            got = written.late.all()
+        except Exception:
+            # The memory stays (found by its words now, by meaning once an open embeds
+            # it); the caller still hears of the failure.
+            log.warning("the embedder failed after %s was committed: kept without its vector until the next open",
+                        ", ".join(n.id for n in written.nodes if not n.merged))
+            raise
+        pairs = [(n.id, to_blob(v)) for n, v in zip(written.nodes, got, strict=True) if not n.merged]
+        self.fault("before_vector")
+        self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs), synced=False)
 
     def _supersede(self, row: RowMap, term_set: set[str], earlier: Sequence[tuple[RowMap, set[str]]],
                    demoted: dict[str, tuple[float, str]]) -> None:
@@ -473,6 +492,15 @@ class Writer:
         if live and m["status"] != Status.LIVE.value:
             raise NotFoundError(f"node {node_id} is archived; restore it first")
         return row
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :meth:`Writer.write_batch` wrote: the nodes, and the embedding still
+    running for those written before their vector (see :meth:`Writer.settle`)."""
+
+    nodes: list[Node]
+    late: Embedding | None = None
 
 
 class Embedding:
@@ -722,7 +750,8 @@ class _Pending:
             store.insert_nodes(conn, self._nodes)
             store.index_terms_many(conn, ns, self._terms)
             seqs = store.log_many(conn, ns, session, self._log)
-            store.enqueue(conn, ns, [r["id"] for r in self._nodes], "upsert")
+            store.enqueue(conn, ns, [r["id"] for r in self._nodes if r["embedding"]], "upsert")
+            store.enqueue(conn, ns, [r["id"] for r in self._nodes if not r["embedding"]], EMBED)
             store.touch_each(conn, "active_at", self._touch)
             if self._focus:
                 _, last, ts = self._focus[-1]

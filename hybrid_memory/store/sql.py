@@ -206,7 +206,9 @@ outbox = Table(
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("namespace", String(128), nullable=False),
     Column("node_id", String(32), nullable=False),
-    Column("action", String(8), nullable=False),  # "upsert" | "delete"
+    # "upsert" | "delete" | "embed" (the node was committed before its vector: the
+    # vector's own commit turns it into an upsert; see EMBED)
+    Column("action", String(8), nullable=False),
     Index("hm_outbox_ns", "namespace", "seq"),
 )
 
@@ -338,6 +340,12 @@ class _Q:
     get_setting = select(settings.c.value).where(settings.c.key == bindparam("key"))
     insert_nodes = insert(nodes)
     set_embedding = update(nodes).where(nodes.c.id == bindparam("nid")).values(embedding=bindparam("emb"))
+    # Only over the empty blob: an update that embedded new content meanwhile stays.
+    settle_embedding = (update(nodes).where(nodes.c.id == bindparam("nid"), func.length(nodes.c.embedding) == 0)
+                        .values(embedding=bindparam("emb")))
+    settle_outbox = (update(outbox).where(outbox.c.namespace == bindparam("ns"), outbox.c.node_id.in_(ids),
+                                          outbox.c.action == "embed").values(action="upsert"))
+    unembedded = select(nodes.c.id).where(nodes.c.id.in_(ids), func.length(nodes.c.embedding) == 0)
     insert_terms = insert(terms)
     insert_outbox = insert(outbox)
     log_many = insert(oplog).returning(oplog.c.seq, sort_by_parameter_order=True)
@@ -389,6 +397,14 @@ def to_blob(vector: np.ndarray[Any, Any]) -> bytes:
 
 def from_blob(blob: bytes) -> np.ndarray[Any, np.dtype[np.float32]]:
     return np.frombuffer(blob, dtype=np.float32)
+
+
+#: The outbox action of a node committed before its vector (a single add whose words
+#: settle it: its transaction commits while the embedder runs). The node's embedding
+#: is the empty blob until a second commit stores the vector and turns the action
+#: into an upsert; a node left so by a crash is embedded at the next open. Readers of
+#: embeddings skip the empty blob (:meth:`SqlStore.embeddings`, ``branch_vectors``).
+EMBED = "embed"
 
 
 def subtree_range(path: str) -> tuple[str, str]:
@@ -551,15 +567,22 @@ class SqlStore:
 
     # -- transactions -------------------------------------------------------
 
-    def write(self, fn: Callable[[Connection], T], *, attempts: int = 12) -> T:
+    def write(self, fn: Callable[[Connection], T], *, attempts: int = 12, synced: bool = True) -> T:
         """Run ``fn`` in one write transaction, retrying with backoff while the
-        database is locked by another writer. ``fn`` must be safe to re-run."""
+        database is locked by another writer. ``fn`` must be safe to re-run.
+
+        ``synced=False`` is for derived data only (a vector computed from a committed
+        content): the commit does not wait for the disk (SQLite ``synchronous=NORMAL``,
+        PostgreSQL ``synchronous_commit = off``). It survives a crash of the process;
+        a power cut may take it back, never the writes committed before it."""
         delay = 0.01
         for attempt in range(attempts):
             try:
                 with self.engine.connect() as conn:
-                    conn.execution_options(hm_write=True)
+                    conn.execution_options(hm_write=True, hm_synced=synced)
                     with conn.begin():
+                        if not synced and self.is_postgres:
+                            conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
                         return fn(conn)
             except OperationalError as exc:
                 if not _is_locked(exc) or attempt == attempts - 1:
@@ -651,7 +674,8 @@ class SqlStore:
         out = {}
         for chunk in _chunks(list(ids), 500):
             for row in conn.execute(_Q.embeddings, {"ids": chunk}):
-                out[row.id] = from_blob(row.embedding)
+                if row.embedding:  # (not the empty blob of a node whose vector follows)
+                    out[row.id] = from_blob(row.embedding)
         return out
 
     def branch_vectors(self, conn: Connection, namespace: str, branch: str, ntype: str,
@@ -662,6 +686,7 @@ class SqlStore:
                                                 "limit": limit + 1}).all()
         if len(rows) > limit:
             return None
+        rows = [r for r in rows if r.embedding]
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
         return [r.id for r in rows], np.stack([from_blob(r.embedding) for r in rows])
@@ -671,7 +696,8 @@ class SqlStore:
         (None when it holds no node). A memory is opened only with an embedder of that
         dimension and embeds with nothing else, so one row stands for all."""
         row = conn.execute(
-            select(nodes.c.embed_model, func.length(nodes.c.embedding)).where(nodes.c.namespace == namespace).limit(1)
+            select(nodes.c.embed_model, func.length(nodes.c.embedding))
+            .where(nodes.c.namespace == namespace, func.length(nodes.c.embedding) > 0).limit(1)
         ).first()
         return None if row is None else (str(row[0]), int(row[1]) // 4)
 
@@ -687,6 +713,26 @@ class SqlStore:
         """Store (node id, embedding blob) pairs."""
         if pairs:
             conn.execute(_Q.set_embedding, [{"nid": i, "emb": b} for i, b in pairs])
+
+    def settle_embeddings(self, conn: Connection, namespace: str, pairs: Sequence[tuple[str, bytes]]) -> None:
+        """Store the vectors of nodes committed before them (:data:`EMBED`): each where
+        the node still has none, and their outbox rows become upserts."""
+        if pairs:
+            conn.execute(_Q.settle_embedding, [{"nid": i, "emb": b} for i, b in pairs])
+            for chunk in _chunks([i for i, _ in pairs], 500):
+                conn.execute(_Q.settle_outbox, {"ns": namespace, "ids": chunk})
+
+    def embed_waiting(self, conn: Connection, namespace: str) -> list[str]:
+        """Ids of the nodes of ``namespace`` with an :data:`EMBED` outbox row."""
+        q = select(outbox.c.node_id).where(outbox.c.namespace == namespace, outbox.c.action == EMBED).distinct()
+        return sorted(conn.execute(q).scalars())
+
+    def unembedded(self, conn: Connection, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose node is stored without its vector yet (the empty blob)."""
+        out: set[str] = set()
+        for chunk in _chunks(list(ids), 500):
+            out.update(conn.execute(_Q.unembedded, {"ids": chunk}).scalars())
+        return out
 
     def update_node(self, conn: Connection, node_id: str, **values: Any) -> None:
         conn.execute(update(nodes).where(nodes.c.id == node_id).values(**values))
@@ -1193,8 +1239,13 @@ class SqlStore:
         if rows:
             conn.execute(_Q.insert_outbox, rows)
 
-    def pending_count(self, conn: Connection, namespace: str) -> int:
-        return int(conn.execute(select(func.count()).where(outbox.c.namespace == namespace)).scalar_one())
+    def pending_count(self, conn: Connection, namespace: str, *, index_only: bool = False) -> int:
+        """Outbox rows of ``namespace``; ``index_only``: not counting the nodes whose
+        vector is still being computed (:data:`EMBED`), which wait on no index."""
+        q = select(func.count()).where(outbox.c.namespace == namespace)
+        if index_only:
+            q = q.where(outbox.c.action != EMBED)
+        return int(conn.execute(q).scalar_one())
 
     def pending(self, conn: Connection, namespace: str) -> list[Row[Any]]:
         return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace).order_by(outbox.c.seq)))
@@ -1277,7 +1328,7 @@ def _chunks(items: list[T], n: int) -> Iterator[list[T]]:
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
         # Let SQLAlchemy's begin event issue BEGIN itself (pysqlite's own is deferred).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
@@ -1286,11 +1337,23 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
         # FULL: a commit is on disk before the call returns (survives power loss, not only a crash).
         cur.execute("PRAGMA synchronous=FULL")
         cur.close()
+        record.info["hm_synchronous"] = "FULL"
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if not options.get("hm_write"):
+            conn.exec_driver_sql("BEGIN")
+            return
+        # The level is a property of the connection and cannot change inside a
+        # transaction: set before BEGIN, when this write wants another than the last.
+        level = "FULL" if options.get("hm_synced", True) else "NORMAL"
+        info = conn.connection.info
+        if info.get("hm_synchronous") != level:
+            conn.exec_driver_sql(f"PRAGMA synchronous={level}")
+            info["hm_synchronous"] = level
         # Writers take the lock up front so two writers never deadlock upgrading a read lock.
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("hm_write") else "BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 __all__ = ["SqlStore", "node_from_row", "nodes"]
