@@ -200,6 +200,14 @@ oplog = Table(
     Index("hm_oplog_node", "node_id"),
 )
 
+#: The outbox action of a node committed before its vector (a single add whose words
+#: settle it: its transaction commits while the embedder runs). The node's embedding
+#: is the empty blob until a second commit stores the vector and turns the action
+#: into an upsert; a node left so by a crash is embedded at the next open. Readers of
+#: embeddings skip the empty blob (:meth:`SqlStore.embeddings`, ``branch_vectors``).
+EMBED = "embed"
+
+
 outbox = Table(
     "hm_outbox",
     metadata,
@@ -344,7 +352,7 @@ class _Q:
     settle_embedding = (update(nodes).where(nodes.c.id == bindparam("nid"), func.length(nodes.c.embedding) == 0)
                         .values(embedding=bindparam("emb")))
     settle_outbox = (update(outbox).where(outbox.c.namespace == bindparam("ns"), outbox.c.node_id.in_(ids),
-                                          outbox.c.action == "embed").values(action="upsert"))
+                                          outbox.c.action == EMBED).values(action="upsert"))
     unembedded = select(nodes.c.id).where(nodes.c.id.in_(ids), func.length(nodes.c.embedding) == 0)
     insert_terms = insert(terms)
     insert_outbox = insert(outbox)
@@ -397,14 +405,6 @@ def to_blob(vector: np.ndarray[Any, Any]) -> bytes:
 
 def from_blob(blob: bytes) -> np.ndarray[Any, np.dtype[np.float32]]:
     return np.frombuffer(blob, dtype=np.float32)
-
-
-#: The outbox action of a node committed before its vector (a single add whose words
-#: settle it: its transaction commits while the embedder runs). The node's embedding
-#: is the empty blob until a second commit stores the vector and turns the action
-#: into an upsert; a node left so by a crash is embedded at the next open. Readers of
-#: embeddings skip the empty blob (:meth:`SqlStore.embeddings`, ``branch_vectors``).
-EMBED = "embed"
 
 
 def subtree_range(path: str) -> tuple[str, str]:
