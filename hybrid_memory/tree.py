@@ -151,8 +151,7 @@ class MemoryTree:
         self._writer.fault = self._fault
         self._check_embedder()
         self._check_branch_mode()
-        self._unembedded = ""
-        self._embed_left()
+        self._unembedded = self._embed_left()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()
 
@@ -164,26 +163,26 @@ class MemoryTree:
         if self._fault_hook is not None:
             self._fault_hook(point)
 
-    def _embed_left(self) -> int:
+    def _embed_left(self) -> str:
         """Embed the nodes that were committed before their vector and lost it (a crash
         between the two commits of a single add, or a power cut that took the second
-        back): each is stored with its vector, and its index write goes to the outbox."""
+        back): each is stored with its vector, and its index write goes to the outbox.
+        Returns the problem to report when the embedder fails ("" otherwise)."""
         with self.store.reading() as conn:
             left = self.store.unembedded(conn, self.store.embed_waiting(conn, self.namespace))
             rows = self.store.get_many(conn, sorted(left))
         if not rows:
-            return 0
+            return ""
         ids = list(rows)
         try:
             vectors = self.embedder.embed([rows[i].content for i in ids])
         except Exception as exc:  # the memories are there, found by their words: open anyway
-            self._unembedded = f"{len(ids)} memories wait for their vectors (the embedder failed: {exc})"
-            return 0
+            return f"{len(ids)} memories wait for their vectors (the embedder failed: {exc})"
         self._embedded = True
         pairs = [(i, to_blob(v)) for i, v in zip(ids, vectors, strict=True)]
         self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs))
         log.info("embedded %d memories committed before their vectors (namespace %r)", len(pairs), self.namespace)
-        return len(pairs)
+        return ""
 
     def _open_problems(self) -> tuple[str, ...]:
         """What is wrong and was not healed by the open's outbox drain."""
@@ -1064,8 +1063,7 @@ class MemoryTree:
         and mark unreadable log entries. Returns the drift that was found."""
         self._live_check()
         self._unindexed = 0
-        self._unembedded = ""
-        self._embed_left()  # memories a crash or a failed embedder left without their vectors
+        self._unembedded = self._embed_left()  # memories a crash or a failed embedder left without vectors
         drift = repair(self.store, self._index, self.namespace, self._fault)
         self._problems = self._open_problems()
         return drift

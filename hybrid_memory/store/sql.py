@@ -347,7 +347,6 @@ class _Q:
                                                    cursors.c.session == bindparam("session"))
     get_setting = select(settings.c.value).where(settings.c.key == bindparam("key"))
     insert_nodes = insert(nodes)
-    set_embedding = update(nodes).where(nodes.c.id == bindparam("nid")).values(embedding=bindparam("emb"))
     # Only over the empty blob: an update that embedded new content meanwhile stays.
     settle_embedding = (update(nodes).where(nodes.c.id == bindparam("nid"), func.length(nodes.c.embedding) == 0)
                         .values(embedding=bindparam("emb")))
@@ -708,11 +707,6 @@ class SqlStore:
         """Insert several node rows (all with the same columns) in one statement."""
         if rows:
             conn.execute(_Q.insert_nodes, list(rows))
-
-    def set_embeddings(self, conn: Connection, pairs: Sequence[tuple[str, bytes]]) -> None:
-        """Store (node id, embedding blob) pairs."""
-        if pairs:
-            conn.execute(_Q.set_embedding, [{"nid": i, "emb": b} for i, b in pairs])
 
     def settle_embeddings(self, conn: Connection, namespace: str, pairs: Sequence[tuple[str, bytes]]) -> None:
         """Store the vectors of nodes committed before them (:data:`EMBED`): each where
