@@ -10,6 +10,7 @@ memories, adds each chosen node's ancestors, and cuts to the token budget.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -763,7 +764,12 @@ def _line(node: Node) -> str:
 
 
 def _line_tokens(node: Node) -> int:
-    return text.count_tokens(_line(node))
+    return _count_line(_line(node))
+
+
+# A query counts a few dozen lines, most of them counted by the queries before it
+# (the located branch's memories, their ancestors): each line's count is kept.
+_count_line = functools.lru_cache(maxsize=1 << 14)(text.count_tokens)
 
 
 def _clip(text_: str, n: int = 60) -> str:

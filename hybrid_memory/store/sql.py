@@ -320,6 +320,11 @@ class _Q:
     )
     tie_keys = select(nodes.c.id, nodes.c.created_at, nodes.c.content_hash).where(nodes.c.id.in_(ids))
     branches_of = select(nodes.c.branch_id).where(nodes.c.id.in_(ids))
+    branches_under = (
+        select(nodes.c.branch_id).distinct()
+        .where(nodes.c.namespace == bindparam("ns"), nodes.c.path >= bindparam("lo"), nodes.c.path < bindparam("hi"), live)
+        .order_by(nodes.c.branch_id)
+    )
     # The parent column, not the id: the count then reads the (namespace, parent_id)
     # index alone (SQLite would look each row up for its id: 10 ms for 5,000 children).
     children_of = {
@@ -747,11 +752,7 @@ class SqlStore:
         """The branches (their head ids) of the live nodes under ``root_id``, itself
         included: a top-level task's family. By id."""
         lo, hi = subtree_range(f"{root_id}/")
-        q = (select(nodes.c.branch_id).distinct()
-             .where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi,
-                    nodes.c.status == Status.LIVE.value)
-             .order_by(nodes.c.branch_id))
-        return [r[0] for r in conn.execute(q)]
+        return [r[0] for r in conn.execute(_Q.branches_under, {"ns": namespace, "lo": lo, "hi": hi})]
 
     def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Row[Any]]:
         """Every live node of the given branches, with its embedding."""
