@@ -83,6 +83,7 @@ class RetrievalConfig:
     small_memory: bool
     by_family: bool
     family_dense: float
+    family_rarity: float
     family_open: int
     unnamed: float
     named_df: int
@@ -296,6 +297,8 @@ def _validate(c: Config) -> None:
         raise ConfigError("retrieval.named_df must be >= 0")
     if r.family_open < 0:
         raise ConfigError("retrieval.family_open must be >= 0 (0: open none)")
+    if not 0.0 <= r.family_rarity <= 4.0:
+        raise ConfigError("retrieval.family_rarity must be from 0 to 4 (0: off)")
     if r.common_postings < 0:
         raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:

@@ -114,8 +114,10 @@ class Retriever:
 
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
+            rarity = _rarity(words.idf, r.family_rarity)
             scored_branches = _branch_scores(cand_rows, words.held(cand_rows), dense_hits, lexical, dense_mix, r.by_family,
-                                             family_dense=r.family_dense, named=named, unnamed=r.unnamed)
+                                             family_dense=r.family_dense, named=named, unnamed=r.unnamed,
+                                             rarity=rarity)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
@@ -668,6 +670,7 @@ def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
     lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
     family_dense: float = 1.0, named: frozenset[str] = frozenset(), unnamed: float = 1.0,
+    rarity: Mapping[str, float] | None = None,
 ) -> list[tuple[float, str, int]]:
     """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
     first. A branch scores its best candidate's similarity plus a little for breadth.
@@ -681,6 +684,12 @@ def _branch_scores(
     ``family_dense``: the embeddings of one family's memories are close to each other
     and to the question because of what they share. Each branch gets the family's
     score times its share of the best branch of the family.
+
+    ``rarity``: what each query word's in-family idf is multiplied by (its idf in the
+    whole memory, to the power ``retrieval.family_rarity``; a word not listed: 1):
+    the family's candidates are a small sample, in which a word common everywhere
+    ("need", "trip") can look as rare as the word that tells a subtask from its
+    parent. None: no factor.
 
     ``named``: the identifiers the question names (a ticket number, say). When some
     candidates hold one, a family (or branch) none of whose candidates holds one is
@@ -704,7 +713,7 @@ def _branch_scores(
         if len(count) == 1:
             out += [(score, b, n) for b, n in count.items()]
             continue
-        local = _idf_share([p for i in members for p in held[i]], len(members))
+        local = _idf_share([p for i in members for p in held[i]], len(members), rarity)
         sims: dict[str, list[float]] = defaultdict(list)
         for i, row in members.items():
             sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix * family_dense))
@@ -714,16 +723,27 @@ def _branch_scores(
     return sorted(out, reverse=True)
 
 
+def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
+    """The in-family factor of each query word (``retrieval.family_rarity``): its idf
+    in the whole memory to ``power``; None when ``power`` is 0. A CJK term is a
+    character pair, often one across a word boundary ("高艳的" gives "艳的"): its
+    rarity in the memory is the pair's, not a word's, so it is left out (factor 1)."""
+    if not power:
+        return None
+    return {t: v**power for t, v in idf.items() if not text.is_cjk(t)}
+
+
 def _branch_score(sims: Sequence[float]) -> float:
     """The best similarity, plus a little for breadth (a second and third)."""
     return sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True), strict=False))
 
 
-def _idf_share(postings: Sequence[Posting], n_docs: int) -> dict[str, float]:
+def _idf_share(postings: Sequence[Posting], n_docs: int, scale: Mapping[str, float] | None = None) -> dict[str, float]:
     """Per node: the idf mass of the query terms it holds over the idf mass of all
-    the query terms the namespace knows."""
+    the query terms the postings hold (each term's idf multiplied by ``scale``'s
+    factor for it, when given)."""
     df = Counter(term for term, _, _ in postings)
-    idf = {t: _idf(n_docs, n) for t, n in df.items()}
+    idf = {t: _idf(n_docs, n) * (scale.get(t, 1.0) if scale is not None else 1.0) for t, n in df.items()}
     # Exact sums (fsum): the same shares whatever order the postings come in.
     total = math.fsum(idf.values())
     held: dict[str, list[float]] = defaultdict(list)

@@ -44,6 +44,11 @@ def terms(text: str) -> list[str]:
     return out
 
 
+def is_cjk(term: str) -> bool:
+    """Whether ``term`` is CJK text (a character or a bigram of :func:`terms`)."""
+    return bool(_CJK_RUN.match(term))
+
+
 def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import pytest
 
-from hybrid_memory.retrieval import _branch_scores, _idf_share
+from hybrid_memory.retrieval import _branch_scores, _idf, _idf_share, _rarity
 
 MIX = 0.7  # dense share of the blend
 
@@ -106,6 +106,37 @@ def test_inside_a_family_the_dense_share_shrinks_by_family_dense() -> None:
     assert ratio[0.5] < ratio[1.0]
 
 
+def test_inside_a_family_a_word_common_in_the_whole_memory_weighs_less() -> None:
+    """"Who signed off the offer on REQ-4009? I need it": among the family's three
+    candidates "need" (a parent's status line) and "offer" (the subtask's memory) are
+    each held once, so the candidates alone weigh them alike and the parent's breadth
+    wins. In the whole memory "need" is common and "offer" rare: weighed by that
+    rarity too, the subtask that holds the question's telling word comes first."""
+    rows = {"p_state": Row("P", "P/p_state/"), "p_event": Row("P", "P/p_event/"), "s_offer": Row("S", "P/S/s_offer/")}
+    dense = {"p_state": 0.6, "p_event": 0.5, "s_offer": 0.6}
+    postings = [("4009", "p_state", 1), ("need", "p_state", 1), ("4009", "p_event", 1),
+                ("4009", "s_offer", 1), ("offer", "s_offer", 1)]
+    lexical = {"p_state": 0.5, "p_event": 0.4, "s_offer": 0.6}
+    rarity = {"4009": 6.0, "need": 0.4, "offer": 3.0}  # idf in the whole memory
+
+    def located(scale: dict[str, float] | None) -> str:
+        return _branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=0.5, rarity=scale)[0][1]
+
+    plain = _idf_share(postings, 3)
+    assert plain["p_state"] == pytest.approx(plain["s_offer"])  # alike in the sample
+    assert located(None) == "P"
+    weighed = _idf_share(postings, 3, rarity)
+    assert weighed["s_offer"] > weighed["p_state"]
+    # The factor is a weight, not a score: the shares still sum the held terms' part.
+    total = sum(_idf(3, n) * rarity[t] for t, n in (("4009", 3), ("need", 1), ("offer", 1)))
+    assert weighed["s_offer"] == pytest.approx((_idf(3, 3) * 6.0 + _idf(3, 1) * 3.0) / total)
+    assert located(rarity) == "S"
+    # A family's own score, and a one-branch family, do not move.
+    alone = {"p_state": rows["p_state"], "p_event": rows["p_event"]}
+    assert _branch_scores(alone, postings, dense, lexical, MIX, True, rarity=rarity) == \
+        _branch_scores(alone, postings, dense, lexical, MIX, True)
+
+
 def test_a_family_holding_none_of_the_named_identifiers_pays_unnamed() -> None:
     """The question names claim 3187: Q reads as close but holds no such id."""
     named = frozenset({"3187"})
@@ -130,3 +161,18 @@ def test_idf_shares_do_not_depend_on_the_order_postings_come_in() -> None:
         shares.add(_idf_share(postings, 50)["n0"])
     assert len(shares) == 1
     assert shares.pop() == pytest.approx(1.0)  # n0 holds all four words
+
+
+def test_the_rarity_factor_leaves_chinese_terms_alone() -> None:
+    """family_rarity: a word's factor is its memory-wide idf to the power; a CJK term
+    (a character pair such as "艳的", across a word boundary) keeps factor 1."""
+    idf = {"offer": 3.0, "need": 0.5, "4009": 6.0, "艳的": 5.6, "签证": 2.0}
+    assert _rarity(idf, 0.0) is None
+    assert _rarity(idf, 1.0) == {"offer": 3.0, "need": 0.5, "4009": 6.0}
+    assert _rarity(idf, 2.0) == pytest.approx({"offer": 9.0, "need": 0.25, "4009": 36.0})
+    # Shares over a family: the CJK pair weighs as it did without the factor.
+    postings = [("艳的", "a", 1), ("签证", "b", 1), ("offer", "b", 1)]
+    plain, weighed = _idf_share(postings, 2), _idf_share(postings, 2, _rarity(idf, 1.0))
+    assert plain["a"] == pytest.approx(1 / 3) and weighed["a"] == pytest.approx(1 / 5)  # offer now weighs 3
+    only_cjk = [("艳的", "a", 1), ("签证", "b", 1)]
+    assert _idf_share(only_cjk, 2, _rarity(idf, 1.0)) == _idf_share(only_cjk, 2)

@@ -913,3 +913,58 @@ def test_the_located_branchs_family_is_opened_with_it(open_memory, clock, lang):
         assert "visa_letter" in members and "visa_letter" not in closed
     else:  # the trip's status line paid for its branch before
         assert closed["trip_state"].branch_factor < 1.0 == opened["trip_state"].branch_factor
+
+
+# A hire and its closing subtask, beside other work whose lines all say "need": the
+# question's telling word ("offer") is rare in the memory, its other word ("need")
+# common, though among the hire's few candidates each is held once.
+RARITY = [
+    ("hire", "Hiring a Product Designer in Shanghai (REQ-4009); hiring manager Lukas Kim", [
+        ("hire_state", "state", "REQ-4009: we still need two onsite interviews before a decision"),
+        ("hire_pref", "preference", "Lukas Kim wants the take-home task for REQ-4009 kept under two hours"),
+        ("close", "task", "Close the hire with Kenji Garcia (REQ-4009)"),
+        ("close_signed", "event", "Barbara Young approved the offer letter for Kenji Garcia", "close"),
+        ("close_pay", "fact", "Kenji Garcia's package is 42,000 a year plus stock", "close"),
+    ]),
+    *[(f"other{i}", title, [(f"other{i}_{j}", typ, line) for j, (typ, line) in enumerate(lines)])
+      for i, (title, lines) in enumerate([
+          ("Expense claim EXP-1180 for Omar Lewis: taxis in Berlin",
+           [("event", "Finance said they need the original taxi receipts"),
+            ("fact", "We need the manager's approval before the claim is paid"),
+            ("event", "Omar Lewis needs the refund before the end of the month")]),
+          ("Purchase order PO-2271: 20 docking stations for Legal",
+           [("fact", "The supplier needs a delivery address before it ships"),
+            ("event", "Legal said they need the stations by Friday"),
+            ("fact", "We need a second quote for anything above 5,000")]),
+          ("Fix bug BUG-3310: checkout times out under load",
+           [("fact", "We need a load test before the fix can ship"),
+            ("event", "QA said they need a staging build to reproduce it"),
+            ("fact", "The release needs a changelog entry for the fix")]),
+          ("Business trip TRV-5120: Mei Chen to Osaka on June 3",
+           [("fact", "Mei Chen needs a hotel near the venue"),
+            ("event", "The travel desk needs her passport number"),
+            ("fact", "We need the budget approved before booking flights")]),
+      ])],
+]
+RARITY_QUERY = "Who signed off the offer for REQ-4009? I need it today."
+
+
+def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(open_memory, clock):
+    """retrieval.family_rarity: inside the hire's family a word weighs by its rarity
+    among the family's candidates times its rarity in the whole memory. "need" is in
+    the hire's status line and in most other memories, "offer" only in the closing
+    subtask's memory: weighed by the whole memory, that subtask is located; weighed
+    among the family's candidates alone, the two words tie and the hire's breadth wins."""
+    located, hits, explained = {}, {}, {}
+    for rarity in (0.0, 1.0):
+        mem = open_memory(namespace=f"rarity{int(rarity)}", retrieval={"family_rarity": rarity}, **NO_FLUSH)
+        ids = build(mem, clock, RARITY)
+        recall = mem.retrieve(RARITY_QUERY, k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        located[rarity] = keys[recall.branches[0].branch_id]
+        hits[rarity] = {keys[s.node.id] for s in recall.nodes if s.reason == "hit"}
+        explained[rarity] = named(recall, ids)
+    assert located == {0.0: "hire", 1.0: "close"}, explained
+    assert "close_signed" in hits[1.0], explained
+

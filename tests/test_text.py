@@ -72,3 +72,11 @@ def test_numbers_ids_short_stems_and_cjk_terms_stand_alone(term: str) -> None:
     assert all(f.startswith(term) for f in forms)
     if not term.isalpha() or not term.isascii() or len(term) < 4:
         assert forms == {term}
+
+
+def test_is_cjk_tells_chinese_terms_from_latin_ones() -> None:
+    assert text.is_cjk("领事") and text.is_cjk("馆")
+    assert not text.is_cjk("offer") and not text.is_cjk("4009") and not text.is_cjk("")
+    assert not text.is_cjk("trv领事")  # a term is one or the other; a mixed string is not a CJK term
+    assert all(text.is_cjk(t) for t in text.terms("领事馆要什么照片")) and not any(
+        text.is_cjk(t) for t in text.terms("Who signed off the offer for REQ-4009?"))
