@@ -34,7 +34,7 @@ def terms(text: str) -> list[str]:
     """The lexical terms of ``text``, in order, with repeats."""
     out: list[str] = []
     for piece in _PIECES.findall(text.lower()):
-        if _CJK_RUN.match(piece):
+        if is_cjk(piece):
             if len(piece) == 1:
                 out.append(piece)
             else:

@@ -967,4 +967,3 @@ def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(
         explained[rarity] = named(recall, ids)
     assert located == {0.0: "hire", 1.0: "close"}, explained
     assert "close_signed" in hits[1.0], explained
-
