@@ -30,10 +30,21 @@ _STOP = frozenset(
 )
 
 
+# What English writes after an apostrophe ("Zhang's", "don't", "we'll"): not a
+# word of its own, and as a one-letter term it looked rare enough to decide a match.
+_CLITICS = frozenset(("s", "t", "m", "d", "ll", "re", "ve"))
+_APOSTROPHES = frozenset("'\u2019")
+
+
 def terms(text: str) -> list[str]:
     """The lexical terms of ``text``, in order, with repeats."""
     out: list[str] = []
-    for piece in _PIECES.findall(text.lower()):
+    lower = text.lower()
+    for match in _PIECES.finditer(lower):
+        piece = match.group()
+        start = match.start()
+        if piece in _CLITICS and start and lower[start - 1] in _APOSTROPHES:
+            continue
         if is_cjk(piece):
             if len(piece) == 1:
                 out.append(piece)

@@ -46,6 +46,17 @@ def test_terms_split_latin_words_and_cjk_bigrams() -> None:
     assert text.terms("好") == ["好"]
 
 
+def test_what_follows_an_apostrophe_is_not_a_term() -> None:
+    # A possessive or a contraction leaves a letter or two behind; as terms they
+    # are rare enough to decide a match ("Zhang's" against "Zhang's licence").
+    assert text.terms("Mark Zhang's trip") == ["mark", "zhang", "trip"]
+    assert text.terms("Zhang\u2019s visa, we'll see, don't") == ["zhang", "visa", "see", "don"]
+    # A letter standing alone is still a term: vitamin D, plan B, a lone "s".
+    assert text.terms("vitamin D, plan B, s") == ["vitamin", "d", "plan", "b", "s"]
+    # The apostrophe cuts only what English writes after it.
+    assert text.terms("O'Brien l'hotel") == ["o", "brien", "l", "hotel"]
+
+
 @pytest.mark.parametrize(("asked", "written"), [
     ("reproduce", "reproduced"),
     ("reproduced", "reproduce"),
