@@ -35,6 +35,7 @@ from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import Config  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
+from hybrid_memory.errors import HybridMemoryError  # noqa: E402
 
 from . import metrics  # noqa: E402
 from .systems import (  # noqa: E402
@@ -531,8 +532,8 @@ def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> d
 # -- command line -------------------------------------------------------------------------
 
 
-def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Measure hybrid_memory against baselines on a trace.")
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The options naming what to replay (read by :func:`load_events`)."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="a trace file (JSON Lines, the design's trace format)")
     src.add_argument("--dataset", help="a real data set: locomo, longmemeval, madial or memdaily")
@@ -541,6 +542,11 @@ def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="with --dataset: load only this many conversations/questions/trajectories")
     p.add_argument("--lang", default="en", choices=("en", "zh"), help="language of a generated trace")
     p.add_argument("--seed", type=int, default=0, help="seed of a generated trace")
+
+
+def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Measure hybrid_memory against baselines on a trace.")
+    add_source_arguments(p)
     p.add_argument("--k", type=int, default=10, help="memories per question (default 10)")
     p.add_argument("--budget", type=int, default=1000, help="token budget shared by every system (default 1000)")
     p.add_argument("--systems", default=",".join(("hybrid", *BASELINES)), help="comma-separated systems to run")
@@ -598,7 +604,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
                           control=not args.no_control, config=config, config_file=args.config, model=args.model, progress=not args.quiet,
                           cache=None if args.no_cache else args.cache, keep=args.keep_memories)
         results = evaluate(events, options, source=source)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, HybridMemoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from .report import write_all

@@ -39,7 +39,7 @@ from unittest import mock
 
 from hybrid_memory import retrieval
 from hybrid_memory.config import Config, RetrievalConfig
-from hybrid_memory.errors import NotFoundError
+from hybrid_memory.errors import HybridMemoryError, NotFoundError
 
 from . import harness
 
@@ -200,14 +200,7 @@ def build_parser(prog: str = "python -m eval.locate_replay") -> argparse.Argumen
     p = argparse.ArgumentParser(prog=prog, description="Record stage 1 of every question's retrieve; re-score it offline.")
     sub = p.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="run the harness's hybrid system and keep every question's stage-1 inputs")
-    src = rec.add_mutually_exclusive_group()
-    src.add_argument("--trace", type=Path, help="a trace file")
-    src.add_argument("--dataset", help="a real data set: locomo, longmemeval, madial or memdaily")
-    src.add_argument("--generate", type=int, metavar="NODES", help="generate a trace of about NODES nodes (default 10000)")
-    rec.add_argument("--data-dir", type=Path, help="folder holding the data sets")
-    rec.add_argument("--limit", type=int, help="with --dataset: load only this many conversations/questions")
-    rec.add_argument("--lang", default="en", choices=("en", "zh"))
-    rec.add_argument("--seed", type=int, default=0)
+    harness.add_source_arguments(rec)
     rec.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration to run with")
     rec.add_argument("--model", help="embedding model (as for python -m eval)")
     rec.add_argument("--cache", type=Path, default=Path("eval-out/cache"), help="embedding cache folder")
@@ -245,7 +238,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.locate_r
             if args.misses:
                 for m in out["misses"]:
                     print(f"  [{m['kind']}] {m['text']}\n      located {m['located']} gold {m['gold']}")
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, HybridMemoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

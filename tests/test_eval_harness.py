@@ -102,6 +102,10 @@ def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture
     assert cli_main(["eval", "--trace", str(trace), "--k", "0", "--out", str(tmp_path / "o")]) == 2
     assert cli_main(["eval", "--trace", str(trace), "--systems", "hybrid,magic", "--out", str(tmp_path / "o")]) == 2
     assert "magic" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[retrieval]\nfamily_rarity = -1\n", encoding="utf-8")
+    assert cli_main(["eval", "--trace", str(trace), "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "family_rarity" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from eval import harness, locate_replay
 from eval.generate import generate
+from eval.trace import write_trace
 from hybrid_memory.config import Config
 
 
@@ -48,6 +49,24 @@ def test_rescoring_a_recording_gives_the_runs_located_branch(lang: str, tmp_path
     assert f"branch_acc@1 {scored['branch_acc@1']:.3f} over {len(records)} questions" in capsys.readouterr().out
     assert locate_replay.main(["score", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_record_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.jsonl"
+    write_trace(generate(300, lang="en", seed=2), trace)
+    out = tmp_path / "rec.jsonl"
+    args = ["record", "--trace", str(trace), "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet"]
+    assert locate_replay.main(args) == 0
+    printed = capsys.readouterr().out
+    records = locate_replay.read_records(out)
+    assert records and f"{len(records)} questions recorded" in printed
+    acc = locate_replay.score(records, Config.load())["branch_acc@1"]
+    assert f"the run's branch_acc@1 {acc:.3f}" in printed
+    # A configuration that does not load changes nothing and says why.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[retrieval]\nfamily_rarity = -1\n", encoding="utf-8")
+    assert locate_replay.main(["score", str(out), "--config", str(bad)]) == 2
+    assert "family_rarity" in capsys.readouterr().err
 
 
 def _record(located_path: str, gold_path: str | None) -> dict[str, Any]:
