@@ -111,8 +111,8 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
 
 
 def _paths_of(replayer: harness.Replayer, task: frozenset[str]) -> set[str]:
-    """The stored paths of the gold branch's task nodes (to tell a parent from a
-    subtask when the gold branch has no candidate)."""
+    """The stored paths of the gold branch's task nodes: where in the tree the answer
+    was, for reading a miss whose gold branch had no candidate."""
     system = replayer.system
     mem = getattr(system, "mem", None)
     out: set[str] = set()
