@@ -87,6 +87,7 @@ class RetrievalConfig:
     family_open: int
     unnamed: float
     named_df: int
+    named_outside: float
     spread_branches: int
     branch_quota: int
     quota_similarity: float
@@ -285,6 +286,7 @@ def _validate(c: Config) -> None:
         (r.standing_min_weight, "standing_min_weight"),
         (r.family_dense, "family_dense"),
         (r.unnamed, "unnamed"),
+        (r.named_outside, "named_outside"),
     ):
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):

@@ -160,6 +160,16 @@ class Retriever:
             top_lex = max((lexical.get(n.id, 0.0) for n in branch_nodes), default=0.0)
             peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score and r.lexical_peer > 0
                      and lexical.get(i, 0.0) >= max(r.lexical_peer * top_lex, 1e-9)}
+            # A question naming an identifier the located family holds: a memory
+            # outside the family that holds none of the named identifiers is
+            # about something else (retrieval.named_outside). Not for a spreading
+            # question: "how many days before I bought the iPhone 13 did I ..."
+            # names one thing of the two it asks about.
+            located_root = root_of(next(row.path for row in cand_rows.values()
+                                        if row.branch_id == scored_branches[0][1]))
+            paths = {n.id: n.path for n in branch_nodes} | {i: row.path for i, row in cand_rows.items()}
+            named_ids = {i for t, i, _ in words.held(paths) if t in named} if named else set()
+            gate = r.named_outside < 1.0 and not spread and any(root_of(paths[i]) == located_root for i in named_ids)
             for node, dense, lex in entries:
                 s = _Scored(node, dense=dense, lexical=lex)
                 s.similarity = blend(dense, lex, dense_mix)
@@ -170,6 +180,8 @@ class Retriever:
                 bw = (r.spread_weight if spread else r.branch_weight) if node.branch_id in branch_score else \
                     0.0 if node.id in peers or node.branch_id in family else r.outside_weight
                 s.branch_factor = branch_factor(s.branch_score, best, bw)
+                if gate and node.id not in named_ids and root_of(node.path) != located_root:
+                    s.branch_factor *= r.named_outside
                 s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * s.branch_factor
                 scored[node.id] = s
             # Who may be one of the k: not a branch's own task node (it is the context

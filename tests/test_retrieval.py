@@ -967,3 +967,55 @@ def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(
         explained[rarity] = named(recall, ids)
     assert located == {0.0: "hire", 1.0: "close"}, explained
     assert "close_signed" in hits[1.0], explained
+
+
+SUPPLIERS = ["OfficeMax Pro", "Dell Direct", "Bechtle", "Grainger", "CDW"]
+NAMED_OUTSIDE = [
+    ("po3924", "Purchase order PO-3924: 86 standing desks for Sales", [
+        ("po3924_chosen", "fact", "Chosen supplier for PO-3924 is OfficeMax Pro, quote $50,500 all-in"),
+        ("po3924_state", "state", "Order PO-3924: quote chosen, waiting for budget approval"),
+        ("po3924_switch", "fact", "Switched PO-3924 from OfficeMax Pro to Staples Business: OfficeMax Pro cannot deliver this month"),
+        ("po3924_slip", "fact", "Delivery of PO-3924 slipped to March 25 because of a customs hold"),
+    ]),
+    *[(f"po{n}", f"Purchase order PO-{n}: {what}", [
+        (f"po{n}_placed", "state", f"Order PO-{n}: placed with the supplier, awaiting delivery"),
+        (f"po{n}_chased", "event", f"Chased the supplier about PO-{n}: no delivery date yet"),
+        (f"po{n}_chosen", "fact", f"Chosen supplier for PO-{n} is {supplier}"),
+    ]) for n, what, supplier in [(7427, "49 server racks for Operations", SUPPLIERS[1]),
+                                 (2539, "116 standing desks for Customer Success", SUPPLIERS[2]),
+                                 (8115, "105 label printers for Legal", SUPPLIERS[3]),
+                                 (5382, "108 laptops for Finance", SUPPLIERS[4]),
+                                 (6120, "40 monitors for Design", SUPPLIERS[1]),
+                                 (1877, "12 projectors for Training", SUPPLIERS[2]),
+                                 (4460, "300 headsets for Support", SUPPLIERS[3])]],
+]
+NAMED_OUTSIDE_QUERY = "Which supplier is purchase order PO-3924 with after the switch?"
+
+
+def test_a_question_naming_an_identifier_keeps_to_the_family_that_holds_it(open_memory, clock):
+    """retrieval.named_outside: the question names PO-3924, which the located family
+    holds; the other orders' lines about their suppliers read as close to it, but
+    hold none of its identifiers. With the factor off (1) they take places among the
+    k; at 0 none of them does, and the places go to PO-3924's own memories. (Eight
+    orders: a memory of at most retrieval.spread_branches branches spreads every
+    question, and a spreading question is not kept to one family.)"""
+    outside, hits, explained, spreading = {}, {}, {}, {}
+    for factor in (1.0, 0.0):
+        mem = open_memory(namespace=f"named{int(factor)}", retrieval={"named_outside": factor}, **NO_FLUSH)
+        ids = build(mem, clock, NAMED_OUTSIDE)
+        recall = mem.retrieve(NAMED_OUTSIDE_QUERY, k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        assert keys[recall.branches[0].branch_id] == "po3924"
+        hits[factor] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
+        outside[factor] = [h for h in hits[factor] if not h.startswith("po3924")]
+        explained[factor] = named(recall, ids)
+        # A counting question spreads over branches: naming one order does not keep
+        # it to that order's family, whatever the factor.
+        spread = mem.retrieve("How many orders besides PO-3924 are still waiting on their supplier?", k=K)
+        spreading[factor] = [keys[s.node.id] for s in spread.nodes]
+    assert outside[1.0], explained[1.0]
+    assert outside[0.0] == [], explained[0.0]
+    assert "po3924_switch" in hits[0.0], explained[0.0]
+    assert spreading[0.0] == spreading[1.0]
+    assert any(not key.startswith("po3924") for key in spreading[0.0])
