@@ -88,6 +88,7 @@ class RetrievalConfig:
     unnamed: float
     named_df: int
     named_outside: float
+    follow_updates: bool
     spread_branches: int
     branch_quota: int
     quota_similarity: float

@@ -20,6 +20,11 @@ class NodeType(str, Enum):
     SUMMARY = "summary"
 
 
+#: The kinds of memory a later one of the same kind can update ("the approver is now
+#: Lee" after "Chen approves"): what holds, not what happened.
+SUPERSEDING: frozenset[NodeType] = frozenset({NodeType.FACT, NodeType.PREFERENCE, NodeType.DECISION})
+
+
 class Status(str, Enum):
     LIVE = "live"
     ARCHIVED = "archived"
@@ -88,6 +93,10 @@ class ScoredNode:
     #: What the score was multiplied by for the node's branch: 1 in the located
     #: branch, less the further its branch falls behind (see retrieval.branch_factor).
     branch_factor: float = 1.0
+    #: For a question about how things stand now: the id of the older memory this
+    #: one updates (it names what that one named), whose score it was lifted to
+    #: just above (``retrieval.follow_updates``). None otherwise.
+    updates: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,7 @@ class Recall:
             lines.append(
                 f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
                 f"{s.lexical:6.3f} {s.weight:6.3f} {s.branch_factor:6.3f}  [{s.node.type.value}] {s.node.id} "
-                f"{_clip(s.node.content, 60)}"
+                f"{_clip(s.node.content, 60)}" + (f"  (updates {s.updates})" if s.updates else "")
             )
         lines.append(f"tokens: {self.tokens}/{self.budget_tokens}, dropped for budget: {self.dropped}")
         return "\n".join(lines)

@@ -29,7 +29,17 @@ from .config import Config
 from .embed import Embedder
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
-from .model import BranchScore, Node, NodeType, Recall, ScoredNode, path_ids, root_of, tree_order
+from .model import (
+    SUPERSEDING,
+    BranchScore,
+    Node,
+    NodeType,
+    Recall,
+    ScoredNode,
+    path_ids,
+    root_of,
+    tree_order,
+)
 from .recovery import nearest
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
@@ -54,6 +64,8 @@ class _Scored:
     score: float = 0.0
     branch_score: float = 0.0
     branch_factor: float = 1.0
+    #: The memory this one updates, when a question about now lifted it above it.
+    updates: str | None = None
 
 
 class Retriever:
@@ -184,6 +196,11 @@ class Retriever:
                     s.branch_factor *= r.named_outside
                 s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * s.branch_factor
                 scored[node.id] = s
+            # A question about how things stand now: a newer memory of the same
+            # branch that names what a strong match named (the owner, the supplier,
+            # the flight it replaces) is its update, and ranks just above it.
+            if r.follow_updates and text.latest_question(query):
+                _follow_updates(scored, branch_nodes, set(qterms), k)
             # Who may be one of the k: not a branch's own task node (it is the context
             # of every hit below it, rendered as their ancestor) unless it stands alone;
             # a node of an unopened branch only as a match nearly as strong as the best
@@ -419,7 +436,7 @@ class Retriever:
                 ScoredNode(
                     node=node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                     weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
-                    branch_factor=s.branch_factor,
+                    branch_factor=s.branch_factor, updates=s.updates,
                 )
             )
         context = "\n".join(lines)
@@ -664,6 +681,37 @@ def _cut_ties(ranked: list[tuple[str, float]], tied: list[str], edge: float, n: 
         keys = order(tied)
         tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
     return ranked + [(i, edge) for i in tied[: n - lo]]
+
+
+def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node], asked: set[str], k: int) -> None:
+    """For each of the k best-scored facts, preferences and decisions of the opened
+    branches, the newer memories of its branch and kind that hold at least two (or
+    half) of its distinctive words (held by at most two such memories of the
+    branch, the question's own words and bare numbers aside) are its updates: each
+    is lifted to just above it, the newest highest. Events and states are not
+    followed: what happened is not replaced by what happened next. Scores are
+    changed in place; nothing is lifted twice."""
+    members: dict[str, list[Node]] = defaultdict(list)
+    for n in branch_nodes:
+        if n.type in SUPERSEDING:
+            members[n.branch_id].append(n)
+    words = {n.id: set(text.terms(n.content)) for ns in members.values() for n in ns}
+    df: dict[str, Counter[str]] = {b: Counter(t for n in ns for t in words[n.id]) for b, ns in members.items()}
+    top = heapq.nlargest(k, (s for s in scored.values() if s.node.id in words), key=rank_key)
+    lifted: set[str] = set()
+    for s in top:
+        b = s.node.branch_id
+        own = {t for t in words[s.node.id] if df[b][t] <= 2 and t not in asked and not t.isdigit()}
+        if not own:
+            continue
+        later = [n for n in members[b] if n.created_at > s.node.created_at and n.type is s.node.type
+                 and n.id not in lifted and n.id in scored]
+        updates = [n for n in later if len(own & words[n.id]) >= min(2, max(1, (len(own) + 1) // 2))]
+        for rank, n in enumerate(sorted(updates, key=lambda n: (n.created_at, n.id)), start=1):
+            u = scored[n.id]
+            if s.score * (1.0 + 1e-6 * rank) > u.score:
+                u.score, u.updates = s.score * (1.0 + 1e-6 * rank), s.node.id
+            lifted.add(n.id)
 
 
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:

@@ -136,6 +136,26 @@ def aggregate_question(text: str) -> bool:
     return any(p.search(text) for p in _AGGREGATE)
 
 
+# A question about how things stand now, after a change: its answer is the newest
+# memory of a chain of updates ("Reassigned TKT-1049 to Kim (from Novak)" after
+# "TKT-1049 is assigned to Novak"), which often reads less like the question than the
+# memory it replaces.
+_LATEST = (
+    re.compile(
+        r"\b(?:now|currently|current|latest|most recent(?:ly)?|these days|at the moment|at present|anymore)\b"
+        r"|\bafter the (?:handover|switch|change|update|correction|move|swap|transfer|reassignment|rebooking|reschedul\w*)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"现在|目前|当前|最新|如今|眼下|(?:更正|交接|更换|调整|改签|换)[^？?。，,]{0,4}?(?:之后|以后|后)"),
+)
+
+
+def latest_question(text: str) -> bool:
+    """Whether ``text`` asks how something stands now, after any change to it
+    (English or Chinese)."""
+    return any(p.search(text) for p in _LATEST)
+
+
 def content_hash(content: str) -> str:
     """SHA-256 of the whitespace-normalised content: what finds an exact twin (the store
     keys it with its keyring when it has one)."""

@@ -28,7 +28,7 @@ from .errors import (
     NotFoundError,
 )
 from .ids import new_node_id
-from .model import Node, NodeType, Status, path_ids
+from .model import SUPERSEDING, Node, NodeType, Status, path_ids
 from .recovery import nearest
 from .store.sql import EMBED, SqlStore, node_from_row, to_blob
 from .store.vectors import VectorIndex
@@ -524,7 +524,6 @@ SCAN_LIMIT: Final = 2048
 #: The types a later memory of the same branch can supersede (dedup.supersede):
 #: what the agent knows. Events and states are not: an event does not undo an
 #: earlier one, and a branch's latest state stands for its earlier ones already.
-SUPERSEDING: Final = frozenset({NodeType.FACT, NodeType.PREFERENCE, NodeType.DECISION})
 
 
 class _Seen:

@@ -91,3 +91,28 @@ def test_is_cjk_tells_chinese_terms_from_latin_ones() -> None:
     assert not text.is_cjk("trv领事")  # a term is one or the other; a mixed string is not a CJK term
     assert all(text.is_cjk(t) for t in text.terms("领事馆要什么照片")) and not any(
         text.is_cjk(t) for t in text.terms("Who signed off the offer for REQ-4009?"))
+
+
+@pytest.mark.parametrize("question", [
+    "Who owns ticket TKT-1049 now?",
+    "Which supplier is purchase order PO-3924 with after the switch?",
+    "What is my current address?",
+    "Who is the latest approver on EXP-2201?",
+    "出差单 TRV-2782 现在坐哪班飞机？",
+    "更正之后，EXP-8442 这笔报销的金额是多少？",
+    "交接以后工单 TKT-1295 归谁负责？",
+    "目前这个 bug 排在哪个版本？",
+])
+def test_questions_about_how_things_stand_now(question: str) -> None:
+    assert text.latest_question(question)
+
+
+@pytest.mark.parametrize("question", [
+    "Who was first assigned ticket TKT-1049?",
+    "What happened after the meeting with Caroline?",
+    "Why was expense claim EXP-2080 sent back?",
+    "报销单 EXP-2545 为什么被退回？",
+    "Nowhere in the notes does it say who approved it?",
+])
+def test_questions_not_about_now(question: str) -> None:
+    assert not text.latest_question(question)
