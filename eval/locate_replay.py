@@ -59,11 +59,10 @@ class _Row:
 @contextmanager
 def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
     """While active, every hybrid retrieve asked by the harness appends its stage-1
-    inputs to ``sink``. It wraps three private functions (the retriever's branch
-    scoring and rarity, the replayer's question): the test of this module fails
-    when they change shape."""
+    inputs to ``sink``. It wraps two private functions (the retriever's stage 1 and
+    the replayer's question): the test of this module fails when they change shape."""
     state: dict[str, Any] = {}
-    ask, score, rarity = harness.Replayer._ask, retrieval._branch_scores, retrieval._rarity
+    ask, locate = harness.Replayer._ask, retrieval._locate
 
     def _ask(self: harness.Replayer, q: harness.Query) -> harness.Reply:
         state.update(replayer=self, query=q, first=True)
@@ -72,14 +71,10 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
         finally:
             state.clear()
 
-    def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
-        state["idf"] = dict(idf)
-        return rarity(idf, power)
-
-    def _branch_scores(cand_rows: Mapping[str, Any], postings: Sequence[Any], dense: Mapping[str, float],
-                       lexical: Mapping[str, float], dense_mix: float, by_family: bool,
-                       **kw: Any) -> list[tuple[float, str, int]]:
-        out = score(cand_rows, postings, dense, lexical, dense_mix, by_family, **kw)
+    def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence[Any], dense: Mapping[str, float],
+                lexical: Mapping[str, float], dense_mix: float, named: frozenset[str],
+                idf: Mapping[str, float]) -> list[tuple[float, str, int]]:
+        out = locate(r, cand_rows, postings, dense, lexical, dense_mix, named, idf)
         # Only the harness's official ask of each question (the first retrieve).
         if state.get("first"):
             state["first"] = False
@@ -99,14 +94,12 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
                               "dense": float(dense.get(i, 0.0)), "lexical": float(lexical.get(i, 0.0))} for i in ids},
                 "branches": {b: sorted(to_trace.get(b, ())) for b in branches},
                 "postings": [[t, i, n] for t, i, n in postings if i in cand_rows],
-                "dense_mix": dense_mix, "by_family": by_family,
-                "named": sorted(kw.get("named", ())), "idf": state.get("idf", {}),
+                "dense_mix": dense_mix, "by_family": r.by_family,
+                "named": sorted(named), "idf": dict(idf),
             })
         return out
 
-    with mock.patch.object(harness.Replayer, "_ask", _ask), \
-            mock.patch.object(retrieval, "_branch_scores", _branch_scores), \
-            mock.patch.object(retrieval, "_rarity", _rarity):
+    with mock.patch.object(harness.Replayer, "_ask", _ask), mock.patch.object(retrieval, "_locate", _locate):
         yield
 
 
@@ -140,10 +133,8 @@ def rescore(rec: Mapping[str, Any], r: RetrievalConfig) -> list[tuple[float, str
     postings = [(t, i, n) for t, i, n in rec["postings"]]
     dense = {i: c["dense"] for i, c in rec["cands"].items()}
     lexical = {i: c["lexical"] for i, c in rec["cands"].items()}
-    named = frozenset(t for t in rec["named"])
-    return retrieval._branch_scores(cand_rows, postings, dense, lexical, rec["dense_mix"], r.by_family,
-                                    family_dense=r.family_dense, named=named, unnamed=r.unnamed,
-                                    rarity=retrieval._rarity(rec["idf"], r.family_rarity))
+    return retrieval._locate(r, cand_rows, postings, dense, lexical, rec["dense_mix"], frozenset(rec["named"]),
+                             rec["idf"])
 
 
 def miss_kind(rec: Mapping[str, Any], located: str | None) -> str | None:

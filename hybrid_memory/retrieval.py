@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import text
-from .config import Config
+from .config import Config, RetrievalConfig
 from .embed import Embedder
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
@@ -126,10 +126,8 @@ class Retriever:
 
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
-            rarity = _rarity(words.idf, r.family_rarity)
-            scored_branches = _branch_scores(cand_rows, words.held(cand_rows), dense_hits, lexical, dense_mix, r.by_family,
-                                             family_dense=r.family_dense, named=named, unnamed=r.unnamed,
-                                             rarity=rarity)
+            scored_branches = _locate(r, cand_rows, words.held(cand_rows), dense_hits, lexical, dense_mix, named,
+                                      words.idf)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
@@ -145,7 +143,9 @@ class Retriever:
             branch_score = {b: s for s, b, _ in chosen}
             every_branch = {b: s for s, b, _ in scored_branches}
             # The located branch's family (its top-level task's tree) is opened with it.
-            family = self._family(conn, scored_branches[0][1], cand_rows, branch_score, every_branch)
+            located_root = root_of(next(row.path for row in cand_rows.values()
+                                        if row.branch_id == scored_branches[0][1]))
+            family = self._family(conn, located_root, branch_score, every_branch)
             for b in family:
                 every_branch.setdefault(b, best)
 
@@ -177,11 +177,12 @@ class Retriever:
             # about something else (retrieval.named_outside). Not for a spreading
             # question: "how many days before I bought the iPhone 13 did I ..."
             # names one thing of the two it asks about.
-            located_root = root_of(next(row.path for row in cand_rows.values()
-                                        if row.branch_id == scored_branches[0][1]))
-            paths = {n.id: n.path for n in branch_nodes} | {i: row.path for i, row in cand_rows.items()}
-            named_ids = {i for t, i, _ in words.held(paths) if t in named} if named else set()
-            gate = r.named_outside < 1.0 and not spread and any(root_of(paths[i]) == located_root for i in named_ids)
+            named_ids: set[str] = set()
+            gate = False
+            if named and r.named_outside < 1.0 and not spread:
+                paths = {n.id: n.path for n in branch_nodes} | {i: row.path for i, row in cand_rows.items()}
+                named_ids = {i for t, i, _ in words.held(paths) if t in named}
+                gate = any(root_of(paths[i]) == located_root for i in named_ids)
             for node, dense, lex in entries:
                 s = _Scored(node, dense=dense, lexical=lex)
                 s.similarity = blend(dense, lex, dense_mix)
@@ -237,15 +238,14 @@ class Retriever:
             dropped=recall[3],
         )
 
-    def _family(self, conn: Connection, located: str, cand_rows: Mapping[str, Any], opened: Mapping[str, float],
+    def _family(self, conn: Connection, root: str, opened: Mapping[str, float],
                 every_branch: Mapping[str, float]) -> set[str]:
-        """The branches of ``located``'s family (the tree of its top-level task) not
-        opened already, at most ``retrieval.family_open``: those stage 1 scored first,
+        """The branches of the family under ``root`` (the located branch's top-level
+        task) not opened already, at most ``retrieval.family_open``: those stage 1 scored first,
         best first, then the newest. Empty when the family is one branch."""
         n = self.config.retrieval.family_open
         if n <= 0 or not self.config.retrieval.by_family:
             return set()
-        root = next(root_of(row.path) for row in cand_rows.values() if row.branch_id == located)
         others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
         others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)
         others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0)))
@@ -704,13 +704,13 @@ def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node],
         own = {t for t in words[s.node.id] if df[b][t] <= 2 and t not in asked and not t.isdigit()}
         if not own:
             continue
-        later = [n for n in members[b] if n.created_at > s.node.created_at and n.type is s.node.type
-                 and n.id not in lifted and n.id in scored]
-        updates = [n for n in later if len(own & words[n.id]) >= min(2, max(1, (len(own) + 1) // 2))]
+        need = 1 if len(own) <= 2 else 2
+        updates = [n for n in members[b] if n.created_at > s.node.created_at and n.type is s.node.type
+                   and n.id not in lifted and len(own & words[n.id]) >= need]
         for rank, n in enumerate(sorted(updates, key=lambda n: (n.created_at, n.id)), start=1):
-            u = scored[n.id]
-            if s.score * (1.0 + 1e-6 * rank) > u.score:
-                u.score, u.updates = s.score * (1.0 + 1e-6 * rank), s.node.id
+            u, lift = scored[n.id], s.score * (1.0 + 1e-6 * rank)
+            if lift > u.score:
+                u.score, u.updates = lift, s.node.id
             lifted.add(n.id)
 
 
@@ -781,6 +781,16 @@ def _branch_scores(
         top = max(inner.values())
         out += [(score * inner[b] / top if top > 0 else score, b, n) for b, n in count.items()]
     return sorted(out, reverse=True)
+
+
+def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
+            lexical: Mapping[str, float], dense_mix: float, named: frozenset[str],
+            idf: Mapping[str, float]) -> list[tuple[float, str, int]]:
+    """Stage 1 under the settings ``r``: :func:`_branch_scores` of the candidates,
+    the query words' in-family factors taken from their idf in the whole memory
+    (``idf``). What ``eval.locate_replay`` records and re-scores."""
+    return _branch_scores(cand_rows, postings, dense, lexical, dense_mix, r.by_family, family_dense=r.family_dense,
+                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity))
 
 
 def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
