@@ -84,6 +84,8 @@ class RetrievalConfig:
     by_family: bool
     family_dense: float
     family_rarity: float
+    family_title: float
+    answer_type: bool
     family_open: int
     unnamed: float
     named_df: int
@@ -286,6 +288,7 @@ def _validate(c: Config) -> None:
         (r.min_similarity, "min_similarity"),
         (r.standing_min_weight, "standing_min_weight"),
         (r.family_dense, "family_dense"),
+        (r.family_title, "family_title"),
         (r.unnamed, "unnamed"),
         (r.named_outside, "named_outside"),
     ):

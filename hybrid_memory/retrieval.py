@@ -126,8 +126,14 @@ class Retriever:
 
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
-            scored_branches = _locate(r, cand_rows, words.held(cand_rows), dense_hits, lexical, dense_mix, named,
-                                      words.idf)
+            postings = words.held(cand_rows)
+            # A question asking how long: a candidate stating a duration holds one more
+            # of its words, which inside a family tells the subtask that measured it
+            # ("Postmortem: 84 minutes of degraded checkout") from the parent's lines.
+            if r.answer_type and text.duration_question(query):
+                postings = [*postings, *((text.DURATION_TERM, i, 1) for i, row in cand_rows.items()
+                                         if text.holds_duration(row.content))]
+            scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
@@ -730,7 +736,7 @@ def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
     lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
     family_dense: float = 1.0, named: frozenset[str] = frozenset(), unnamed: float = 1.0,
-    rarity: Mapping[str, float] | None = None,
+    rarity: Mapping[str, float] | None = None, title: float = 1.0,
 ) -> list[tuple[float, str, int]]:
     """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
     first. A branch scores its best candidate's similarity plus a little for breadth.
@@ -750,6 +756,12 @@ def _branch_scores(
     the family's candidates are a small sample, in which a word common everywhere
     ("need", "trip") can look as rare as the word that tells a subtask from its
     parent. None: no factor.
+
+    ``title``: inside a family, the factor of the query words that the family's
+    top-level task node holds, when that node is a candidate. A question names its
+    ticket or hire as the task's title does ("the Blue Harbor Bank case TKT-8610"):
+    those words tell which family, and the title would otherwise win inside it on
+    them alone, since the subtasks' memories seldom repeat them.
 
     ``named``: the identifiers the question names (a ticket number, say). When some
     candidates hold one, a family (or branch) none of whose candidates holds one is
@@ -773,7 +785,13 @@ def _branch_scores(
         if len(count) == 1:
             out += [(score, b, n) for b, n in count.items()]
             continue
-        local = _idf_share([p for i in members for p in held[i]], len(members), rarity)
+        scale = rarity
+        root = root_of(next(iter(members.values())).path)
+        if title != 1.0 and root in members:
+            scale = dict(rarity or {})
+            for term, _, _ in held[root]:
+                scale[term] = scale.get(term, 1.0) * title
+        local = _idf_share([p for i in members for p in held[i]], len(members), scale)
         sims: dict[str, list[float]] = defaultdict(list)
         for i, row in members.items():
             sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix * family_dense))
@@ -790,7 +808,7 @@ def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence
     the query words' in-family factors taken from their idf in the whole memory
     (``idf``). What ``eval.locate_replay`` records and re-scores."""
     return _branch_scores(cand_rows, postings, dense, lexical, dense_mix, r.by_family, family_dense=r.family_dense,
-                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity))
+                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity), title=r.family_title)
 
 
 def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
@@ -816,6 +834,8 @@ def _idf_share(postings: Sequence[Posting], n_docs: int, scale: Mapping[str, flo
     idf = {t: _idf(n_docs, n) * (scale.get(t, 1.0) if scale is not None else 1.0) for t, n in df.items()}
     # Exact sums (fsum): the same shares whatever order the postings come in.
     total = math.fsum(idf.values())
+    if total <= 0.0:  # every term held weighs nothing (a factor of 0)
+        return defaultdict(float)
     held: dict[str, list[float]] = defaultdict(list)
     for term, node_id, _ in postings:
         held[node_id].append(idf[term])

@@ -136,6 +136,45 @@ def aggregate_question(text: str) -> bool:
     return any(p.search(text) for p in _AGGREGATE)
 
 
+# A question asking how long something lasted or will take ("how long did the
+# outage last?", "how soon could she start?", 持续了多久, 要几天) is answered by a
+# memory that states a duration ("84 minutes of degraded checkout", 降级 28 分钟).
+# "How long ago / before / since" asks for the time between two things: not this.
+_DURATION_QUESTION = (
+    re.compile(
+        r"\bhow long\b(?!\s+(?:ago|before|after|between|since)\b)|\bhow soon\b"
+        r"|\bhow many (?:seconds|minutes|hours|days|weeks|months|years)\b",
+        re.IGNORECASE,
+    ),
+    # (几月 asks which month, 几个月 how many)
+    re.compile(r"多久|多长时间|多少时间|几(?:个)?(?:秒钟?|分钟|小时|钟头|天|周|星期|年)(?!前|以前|之前)|几个月(?!前|以前|之前)"),
+)
+_NUMBER_WORDS = r"an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|half an?|a few|several"
+_DURATION = (
+    re.compile(
+        rf"(?:\b\d+(?:[.,]\d+)?|\b(?:{_NUMBER_WORDS}))[\s-]?"
+        r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|nights?|weeks?|fortnights?|months?|years?)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"(?:(?<![\d.])\d{1,3}(?:\.\d+)?|[一二两三四五六七八九十半几]+)\s*(?:个)?(?:秒钟?|分钟|小时|钟头|天|周|星期|个月|年)(?![前后])"),
+)
+
+
+def duration_question(text: str) -> bool:
+    """Whether ``text`` asks how long something lasted or will take (English or Chinese)."""
+    return any(p.search(text) for p in _DURATION_QUESTION)
+
+
+def holds_duration(text: str) -> bool:
+    """Whether ``text`` states a length of time ("84 minutes", "two hours", 28 分钟, 三天)."""
+    return any(p.search(text) for p in _DURATION)
+
+
+#: The query word a memory stating a duration holds for a question asking how long
+#: (retrieval.answer_type). No text has it: :func:`terms` never yields a control character.
+DURATION_TERM = "\x00duration"
+
+
 # A question about how things stand now, after a change: its answer is the newest
 # memory of a chain of updates ("Reassigned TKT-1049 to Kim (from Novak)" after
 # "TKT-1049 is assigned to Novak"), which often reads less like the question than the

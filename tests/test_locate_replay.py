@@ -16,6 +16,7 @@ import pytest
 from eval import harness, locate_replay
 from eval.generate import generate
 from eval.trace import write_trace
+from hybrid_memory import text
 from hybrid_memory.config import Config
 
 
@@ -96,3 +97,17 @@ def test_miss_kinds(located: str, gold: str | None, kind: str) -> None:
     assert locate_replay.miss_kind(rec, located.split("/")[-1]) == kind
     if gold is not None:
         assert locate_replay.miss_kind(rec, gold.split("/")[-1]) is None
+
+
+def test_the_duration_word_follows_the_settings() -> None:
+    """A recording made with retrieval.answer_type keeps the duration word it gave a
+    candidate; re-scored with the setting off, the word is not there."""
+    rec = _record("r", "r/s")
+    rec["cands"]["a"]["dense"], rec["cands"]["g"]["dense"] = 0.55, 0.5  # the parent reads closer
+    rec["postings"] = [["4281", "a", 1], ["4281", "g", 1], [text.DURATION_TERM, "g", 1]]
+    on = Config.load()
+    off = Config.load(overrides={"retrieval": {"answer_type": False}})
+    assert on.retrieval.answer_type
+    assert locate_replay.miss_kind(rec, locate_replay.rescore(rec, on.retrieval)[0][1]) is None
+    assert locate_replay.miss_kind(rec, locate_replay.rescore(rec, off.retrieval)[0][1]) == \
+        "parent located, gold in a subtask"

@@ -978,6 +978,144 @@ def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(
     assert "close_signed" in hits[1.0], explained
 
 
+# A ticket (or a hire) whose title names what the question names it by, and a
+# subtask whose memories answer the question but repeat only the id. Other work of
+# the same kinds around it.
+TITLE_WORDS = {
+    "en": [
+        ("t8610", "Support ticket TKT-8610: Blue Harbor Bank reports bulk upload failing on Firefox", [
+            ("t8610_cc", "preference", "Blue Harbor Bank wants every reply on TKT-8610 copied to their IT mailbox"),
+            ("t8610_plan", "fact", "Blue Harbor Bank is on the Enterprise plan: first response due within 2 hours"),
+            ("t8610_state", "state", "Ticket TKT-8610: new, triaging the report"),
+            ("repro", "task", "Reproduce the bulk upload failure from TKT-8610"),
+            ("repro_done", "event", "Reproduced TKT-8610 on Firefox with a test account; it fails at the third step", "repro"),
+            ("repro_cause", "fact", "Root cause for TKT-8610: the session token expires after 3 minutes", "repro"),
+        ]),
+        *[(f"t{n}", f"Support ticket TKT-{n}: {who} reports {what}", [
+            (f"t{n}_state", "state", f"Ticket TKT-{n}: new, triaging the report"),
+            (f"t{n}_cc", "preference", f"{who} wants every reply on TKT-{n} copied to their IT mailbox"),
+            (f"t{n}_owner", "fact", f"Ticket TKT-{n} is assigned to {owner}"),
+        ]) for n, who, what, owner in [(2210, "Stark Logistics", "export to CSV timing out", "Sofia Kim"),
+                                       (3377, "Soylent Foods", "invoice totals off by a cent", "Omar Lewis"),
+                                       (4415, "Tyrell Energy", "push notifications arriving twice", "Mei Chen"),
+                                       (5590, "Vandelay Imports", "password reset mail never arriving", "Kevin Zhang"),
+                                       (6621, "Acme Retail", "dark mode unreadable on tablets", "Anna Brown")]],
+    ],
+    "zh": [
+        ("req5064", "招聘 REQ-5064：苏州的测试工程师，用人经理马浩", [
+            ("req5064_remote", "decision", "同意 REQ-5064 招的测试工程师每周可以远程三天"),
+            ("req5064_exam", "preference", "马浩要求 REQ-5064 的笔试题控制在两小时内"),
+            ("req5064_state", "state", "招聘 REQ-5064：林强进入面试流程"),
+            ("offer", "task", "准备给林强的 offer（REQ-5064）"),
+            ("offer_signed", "event", "林强的 offer 已由高桂英在4月21日批准", "offer"),
+            ("offer_pay", "fact", "林强的 offer：年薪 42 万，另加股票", "offer"),
+        ]),
+        *[(f"req{n}", f"招聘 REQ-{n}：{city}的{role}，用人经理{who}", [
+            (f"req{n}_state", "state", f"招聘 REQ-{n}：{cand}进入面试流程"),
+            (f"req{n}_exam", "preference", f"{who}要求 REQ-{n} 的笔试题控制在一小时内"),
+            (f"req{n}_onsite", "event", f"{cand}应聘 REQ-{n} 的现场面试定在5月{n % 27 + 1}日"),
+        ]) for n, city, role, who, cand in [(7427, "南京", "数据分析师", "宋宇", "梁飞"),
+                                            (2539, "深圳", "前端工程师", "罗秀英", "许磊"),
+                                            (8115, "昆明", "产品设计师", "刘刚", "陈婷"),
+                                            (5382, "重庆", "财务主管", "郭超", "徐鹏"),
+                                            (6120, "武汉", "运维工程师", "李玲", "胡浩")]],
+    ],
+}
+TITLE_WORDS_QUERY = {
+    "en": "Where was the team able to reproduce the Blue Harbor Bank case TKT-8610?",
+    "zh": "马浩的测试工程师招聘（REQ-5064）的 offer 是谁批准的？",
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_inside_a_family_the_title_words_say_which_family_not_which_branch(open_memory, clock, lang):
+    """retrieval.family_title: the question names the ticket (order) as its title
+    does, and the title's line holds those words; the subtask's memories hold the
+    question's other word ("reproduce", "offer") and the id. Weighed in full (1), the
+    title's words locate the parent task; at the default (0.1) they only say which
+    family, and the subtask is located, its answer among the hits."""
+    located, hits, explained = {}, {}, {}
+    answer = {"en": "repro_done", "zh": "offer_signed"}[lang]
+    for title in (1.0, 0.1):
+        mem = open_memory(namespace=f"title{lang}{int(title * 10)}", retrieval={"family_title": title}, **NO_FLUSH)
+        ids = build(mem, clock, TITLE_WORDS[lang])
+        recall = mem.retrieve(TITLE_WORDS_QUERY[lang], k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        located[title] = keys[recall.branches[0].branch_id]
+        hits[title] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
+        explained[title] = named(recall, ids)
+    subtask = {"en": "repro", "zh": "offer"}[lang]
+    assert located == {1.0: TITLE_WORDS[lang][0][0], 0.1: subtask}, explained
+    assert answer in hits[0.1], explained[0.1]
+
+
+# A bug whose postmortem subtask measured the outage, beside the bug's own status
+# lines, which read closer to a question about the outage than the measurement does.
+DURATION = {
+    "en": [
+        ("bug4281", "Fix bug BUG-4281: user-profile drops webhook events", [
+            ("bug4281_state", "state", "BUG-4281: investigating, no fix yet"),
+            ("bug4281_plan", "fact", "The fix for BUG-4281 is planned for release v2.23.0"),
+            ("bug4281_rebase", "event", "Rebased the branch for BUG-4281 on main at 09:39"),
+            ("pm", "task", "Write the postmortem for BUG-4281"),
+            ("pm_length", "fact", "Postmortem for BUG-4281: 84 minutes of degraded checkout, about 954 users affected", "pm"),
+            ("pm_alert", "decision", "Action item from the postmortem: alert when user-profile errors pass 2%", "pm"),
+        ]),
+        *[(f"bug{n}", f"Fix bug BUG-{n}: {service} {what}", [
+            (f"bug{n}_state", "state", f"BUG-{n}: investigating, no fix yet"),
+            (f"bug{n}_plan", "fact", f"The fix for BUG-{n} is planned for release v1.{n % 9}.0"),
+        ]) for n, service, what in [(2210, "search-indexer", "logs users out at random"),
+                                    (3377, "payments-gateway", "leaks memory after deploys"),
+                                    (4415, "auth-service", "returns 500 on empty carts"),
+                                    (5590, "report-builder", "times out under load"),
+                                    (6621, "notification-worker", "sends every mail twice")]],
+    ],
+    "zh": [
+        ("bug3247", "修复缺陷 BUG-3247：search-indexer 用户被随机踢下线", [
+            ("bug3247_state", "state", "缺陷 BUG-3247：排查中，还没有修复方案"),
+            ("bug3247_pr", "state", "缺陷 BUG-3247：修复已提交 PR #9973，在评审"),
+            ("bug3247_latency", "fact", "BUG-3247 出现后，search-indexer 的 p99 延迟涨到 828 毫秒"),
+            ("pm", "task", "写 BUG-3247 的事故复盘"),
+            ("pm_length", "fact", "BUG-3247 复盘：结算功能降级 28 分钟，约 3517 名用户受影响", "pm"),
+            ("pm_alert", "decision", "复盘的改进项：search-indexer 错误率超过 2% 时告警", "pm"),
+        ]),
+        *[(f"bug{n}", f"修复缺陷 BUG-{n}：{service} {what}", [
+            (f"bug{n}_state", "state", f"缺陷 BUG-{n}：排查中，还没有修复方案"),
+            (f"bug{n}_plan", "fact", f"BUG-{n} 的修复计划在 v1.{n % 9}.0 版本发布"),
+        ]) for n, service, what in [(2210, "payments-gateway", "每次发布后内存泄漏"),
+                                    (3377, "auth-service", "购物车为空时返回 500"),
+                                    (4415, "report-builder", "高负载下超时"),
+                                    (5590, "user-profile", "回调事件丢失"),
+                                    (6621, "notification-worker", "每封邮件发两次")]],
+    ],
+}
+DURATION_QUERY = {
+    "en": "How long did the outage from the BUG-4281 issue last?",
+    "zh": "缺陷 BUG-3247 造成的故障持续了多久？",
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_question_asking_how_long_locates_the_memory_that_measured_it(open_memory, clock, lang):
+    """retrieval.answer_type: "how long did the outage last?" shares only the bug's id
+    with the postmortem's "84 minutes of degraded checkout", and the bug's own status
+    lines read closer to it. Off, the bug's branch is located; on, the postmortem
+    subtask (its memory states a duration), with the measurement among the hits."""
+    located, hits, explained = {}, {}, {}
+    for on in (False, True):
+        mem = open_memory(namespace=f"duration{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH)
+        ids = build(mem, clock, DURATION[lang])
+        recall = mem.retrieve(DURATION_QUERY[lang], k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        located[on] = keys[recall.branches[0].branch_id]
+        hits[on] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
+        explained[on] = named(recall, ids)
+    assert located == {False: DURATION[lang][0][0], True: "pm"}, explained
+    assert "pm_length" in hits[True], explained[True]
+
+
 SUPPLIERS = ["OfficeMax Pro", "Dell Direct", "Bechtle", "Grainger", "CDW"]
 NAMED_OUTSIDE = [
     ("po3924", "Purchase order PO-3924: 86 standing desks for Sales", [

@@ -116,3 +116,55 @@ def test_questions_about_how_things_stand_now(question: str) -> None:
 ])
 def test_questions_not_about_now(question: str) -> None:
     assert not text.latest_question(question)
+
+
+@pytest.mark.parametrize("question", [
+    "How long did the outage from the BUG-4281 issue last?",
+    "how long will the visa take?",
+    "How soon could Kevin Miller start on the Data Analyst hire?",
+    "How many days did the trip to Paris take?",
+    "缺陷 BUG-3247 造成的故障持续了多久？",
+    "签证办下来要多长时间？",
+    "这次出差要几天？",
+    "试用期有几个月？",
+])
+def test_questions_asking_how_long(question: str) -> None:
+    assert text.duration_question(question)
+
+
+@pytest.mark.parametrize("question", [
+    "How long ago did I buy the dog bed?",  # the time between two things
+    "How long before the trip did I book the hotel?",
+    "When was the outage?",
+    "What is the status of BUG-4281?",
+    "几天前买的狗窝？",
+    "故障是什么时候开始的？",
+    "几月几号交货？",  # which date
+])
+def test_questions_not_asking_how_long(question: str) -> None:
+    assert not text.duration_question(question)
+
+
+@pytest.mark.parametrize("content", [
+    "Postmortem for BUG-4281: 84 minutes of degraded checkout",
+    "Lukas Kim wants the take-home task kept under two hours",
+    "Kevin Miller's notice period is 4 weeks",
+    "A 3-day pass, valid for 1.5 years",
+    "BUG-3247 复盘：结算功能降级 28 分钟，约 3517 名用户受影响",
+    "同意每周可以远程三天",
+    "试用期 3个月",
+])
+def test_memories_stating_a_duration(content: str) -> None:
+    assert text.holds_duration(content)
+
+
+@pytest.mark.parametrize("content", [
+    "Since BUG-4281, p99 latency is up to 1138 ms",  # a latency, not how long anything lasted
+    "Chased the supplier at 12:59: no delivery date yet",
+    "The fix is planned for release v2.23.0",
+    "EXP-5612 缺少3月26日的出租车票",  # a date: March 26
+    "2024年的预算",
+    "两个月后再看",  # a time to come, not a length
+])
+def test_memories_stating_no_duration(content: str) -> None:
+    assert not text.holds_duration(content)
