@@ -130,9 +130,10 @@ def record(events: Sequence[Mapping[str, Any]], options: harness.Options) -> tup
 def rescore(rec: Mapping[str, Any], r: RetrievalConfig) -> list[tuple[float, str, int]]:
     """Stage 1's branch scores of one recorded question under the settings ``r``."""
     cand_rows = {i: _Row(c["branch"], c["path"]) for i, c in rec["cands"].items()}
-    # A recording keeps the duration word retrieval.answer_type gave the candidates;
+    # A recording keeps the answer word retrieval.answer_type gave the candidates;
     # settings with it off re-score without it.
-    postings = [(t, i, n) for t, i, n in rec["postings"] if r.answer_type or t != text.DURATION_TERM]
+    answer_words = set(text.ANSWER_TERMS.values())
+    postings = [(t, i, n) for t, i, n in rec["postings"] if r.answer_type or t not in answer_words]
     dense = {i: c["dense"] for i, c in rec["cands"].items()}
     lexical = {i: c["lexical"] for i, c in rec["cands"].items()}
     return retrieval._locate(r, cand_rows, postings, dense, lexical, rec["dense_mix"], frozenset(rec["named"]),

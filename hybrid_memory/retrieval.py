@@ -127,12 +127,14 @@ class Retriever:
             # The identifiers the question names: terms with a digit that few memories hold.
             named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
             postings = words.held(cand_rows)
-            # A question asking how long: a candidate stating a duration holds one more
-            # of its words, which inside a family tells the subtask that measured it
-            # ("Postmortem: 84 minutes of degraded checkout") from the parent's lines.
-            if r.answer_type and text.duration_question(query):
-                postings = [*postings, *((text.DURATION_TERM, i, 1) for i, row in cand_rows.items()
-                                         if text.holds_duration(row.content))]
+            # A question asking how long (how many): a candidate stating a duration (a
+            # count) holds one more of its words, which inside a family tells the
+            # subtask that measured it ("Postmortem: 84 minutes of degraded checkout")
+            # from the parent's lines.
+            kind = text.answer_kind(query) if r.answer_type else None
+            if kind is not None:
+                postings = [*postings, *((text.ANSWER_TERMS[kind], i, 1) for i, row in cand_rows.items()
+                                         if text.holds_answer(kind, row.content, query))]
             scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)

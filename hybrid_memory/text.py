@@ -170,9 +170,70 @@ def holds_duration(text: str) -> bool:
     return any(p.search(text) for p in _DURATION)
 
 
-#: The query word a memory stating a duration holds for a question asking how long
-#: (retrieval.answer_type). No text has it: :func:`terms` never yields a control character.
-DURATION_TERM = "\x00duration"
+# The measure words a Chinese count is written with (共 4 箱, 3 个用例, 约 954 名用户).
+_MEASURES = "个名张箱台件位次条份人家辆本套把盒包批项"
+# A question asking how many of something ("how many boxes showed up?", 到了几箱？,
+# 用例有多少个？) is answered by a memory that counts ("8 boxes", 共 4 箱, 3 个用例).
+# Not a length of time (a duration question) and not an amount of money (多少钱).
+_COUNT_QUESTION = (
+    re.compile(r"\bhow many\b(?!\s+(?:seconds|minutes|hours|days|weeks|months|years)\b)", re.IGNORECASE),
+    re.compile(rf"(?:几|多少)([{_MEASURES}])"),
+)
+_MONTHS = frozenset("january february march april may june july august september october november december "
+                    "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+# A number standing alone (not in an id, a version, an amount, a time or a share),
+# followed by the word it counts; the word before it is read to leave dates out.
+_COUNT_EN = re.compile(r"(?:(\w+)\s+)?(?<![\w$€£¥.,:/#-])\d+(?:,\d{3})*(?![\w.,:/%-])\s+[a-z]", re.IGNORECASE)
+_ZH_NUMBER = r"(?<![A-Za-z0-9_$€£¥.,:/#第-])(?:\d+|[一二两三四五六七八九十百千万]+)\s*"
+_COUNT_ZH = re.compile(rf"{_ZH_NUMBER}[{_MEASURES}]")
+
+
+def count_question(text: str) -> bool:
+    """Whether ``text`` asks how many of something there are (English or Chinese), a
+    length of time aside."""
+    return not duration_question(text) and any(p.search(text) for p in _COUNT_QUESTION)
+
+
+def holds_count(text: str, measures: str = "") -> bool:
+    """Whether ``text`` counts something ("8 boxes", "about 954 users", 共 4 箱, 3 个用例).
+    ``measures``: the Chinese measure words a count must be written with (几箱 asks
+    for boxes, not for the 两批 an order was split into); empty: any."""
+    zh = re.compile(rf"{_ZH_NUMBER}[{re.escape(measures)}]") if measures else _COUNT_ZH
+    if zh.search(text):
+        return True
+    return any((m.group(1) or "").lower() not in _MONTHS for m in _COUNT_EN.finditer(text))
+
+
+def count_measures(question: str) -> str:
+    """The Chinese measure words ``question`` counts in (到了几箱 -> 箱), "" for any:
+    none named, or only the general 个."""
+    named = {m.group(1) for m in _COUNT_QUESTION[1].finditer(question)}
+    return "" if not named or "个" in named else "".join(sorted(named))
+
+
+#: The query word a memory holds when it states the kind of answer a question asks
+#: for (retrieval.answer_type): a length of time for "how long", a count for "how
+#: many". No text has these: :func:`terms` never yields a control character.
+ANSWER_TERMS = {"duration": "\x00duration", "count": "\x00count"}
+
+
+def answer_kind(question: str) -> str | None:
+    """The kind of answer ``question`` asks for ("duration", "count"), or None."""
+    if duration_question(question):
+        return "duration"
+    if count_question(question):
+        return "count"
+    return None
+
+
+def holds_answer(kind: str, content: str, question: str = "") -> bool:
+    """Whether ``content`` states an answer of ``kind`` (a key of :data:`ANSWER_TERMS`)
+    to ``question`` (which names what a Chinese count counts)."""
+    if kind == "duration":
+        return holds_duration(content)
+    if kind == "count":
+        return holds_count(content, count_measures(question))
+    raise ValueError(f"unknown answer kind {kind!r}")
 
 
 # A question about how things stand now, after a change: its answer is the newest

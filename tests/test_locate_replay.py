@@ -104,7 +104,7 @@ def test_the_duration_word_follows_the_settings() -> None:
     candidate; re-scored with the setting off, the word is not there."""
     rec = _record("r", "r/s")
     rec["cands"]["a"]["dense"], rec["cands"]["g"]["dense"] = 0.55, 0.5  # the parent reads closer
-    rec["postings"] = [["4281", "a", 1], ["4281", "g", 1], [text.DURATION_TERM, "g", 1]]
+    rec["postings"] = [["4281", "a", 1], ["4281", "g", 1], [text.ANSWER_TERMS["duration"], "g", 1]]
     on = Config.load()
     off = Config.load(overrides={"retrieval": {"answer_type": False}})
     assert on.retrieval.answer_type

@@ -1090,30 +1090,67 @@ DURATION = {
                                     (6621, "notification-worker", "每封邮件发两次")]],
     ],
 }
-DURATION_QUERY = {
-    "en": "How long did the outage from the BUG-4281 issue last?",
-    "zh": "缺陷 BUG-3247 造成的故障持续了多久？",
+# An order whose delivery check counted the boxes, beside the order's status lines
+# and a decision that splits it in two batches (a count, but not of boxes).
+COUNT = {
+    "en": [
+        ("bug8981", "Fix bug BUG-8981: payments-gateway leaks memory after deploys", [
+            ("bug8981_rollback", "event", "Rolled payments-gateway back to v3.12.7 after BUG-8981 pushed errors to 32%"),
+            ("bug8981_latency", "fact", "Since BUG-8981, p99 latency of payments-gateway is up to 3012 ms"),
+            ("bug8981_state", "state", "BUG-8981: investigating, no fix yet"),
+            ("tests", "task", "Write regression tests for BUG-8981"),
+            ("tests_flaky", "event", "The new test for BUG-8981 is flaky on ARM runners; marked it xfail there", "tests"),
+            ("tests_count", "fact", "The regression suite for BUG-8981 has 5 cases, including the empty-cart path", "tests"),
+        ]),
+        *DURATION["en"][1:],
+    ],
+    "zh": [
+        ("po4196", "采购单 PO-4196：为市场部采购标签打印机，数量 52", [
+            ("po4196_logged", "state", "采购单 PO-4196：需求已登记，正在询价"),
+            ("po4196_quote", "state", "采购单 PO-4196：已选定报价，等预算审批"),
+            ("po4196_split", "decision", "决定 PO-4196 分两批到货，市场部先拿一半"),
+            ("check", "task", "验收 PO-4196 的到货"),
+            ("check_count", "event", "在仓库清点 PO-4196 的标签打印机：共 4 箱，标签一致", "check"),
+        ]),
+        *[(f"po{n}", f"采购单 PO-{n}：为{dept}采购{what}，数量 {qty}", [
+            (f"po{n}_logged", "state", f"采购单 PO-{n}：需求已登记，正在询价"),
+            (f"po{n}_placed", "state", f"采购单 PO-{n}：已向供应商下单，等待到货"),
+        ]) for n, dept, what, qty in [(7427, "运维部", "服务器机柜", 49), (2539, "客户成功部", "升降桌", 116),
+                                      (8115, "法务部", "降噪耳机", 105), (5382, "财务部", "笔记本电脑", 108),
+                                      (6120, "设计部", "显示器", 40)]],
+    ],
+}
+ANSWER_TYPE_CASES = {
+    ("duration", "en"): (DURATION["en"], "How long did the outage from the BUG-4281 issue last?", "pm", "pm_length"),
+    ("duration", "zh"): (DURATION["zh"], "缺陷 BUG-3247 造成的故障持续了多久？", "pm", "pm_length"),
+    ("count", "en"): (COUNT["en"], "How many test cases guard against the payments-gateway bug BUG-8981 coming back?",
+                      "tests", "tests_count"),
+    ("count", "zh"): (COUNT["zh"], "采购单 PO-4196 到了几箱？", "check", "check_count"),
 }
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_a_question_asking_how_long_locates_the_memory_that_measured_it(open_memory, clock, lang):
+@pytest.mark.parametrize(("kind", "lang"), list(ANSWER_TYPE_CASES))
+def test_a_question_asking_how_long_or_how_many_locates_the_memory_that_says(open_memory, clock, kind, lang):
     """retrieval.answer_type: "how long did the outage last?" shares only the bug's id
     with the postmortem's "84 minutes of degraded checkout", and the bug's own status
-    lines read closer to it. Off, the bug's branch is located; on, the postmortem
-    subtask (its memory states a duration), with the measurement among the hits."""
+    lines read closer to it; "到了几箱？" (how many boxes came?) shares only the order
+    with the check-in's "共 4 箱". Off, the parent task's branch is located; on, the
+    subtask whose memory states a duration (a count of boxes), with that memory among
+    the hits."""
+    corpus, query, subtask, answer = ANSWER_TYPE_CASES[(kind, lang)]
+    assert text.answer_kind(query) == kind
     located, hits, explained = {}, {}, {}
     for on in (False, True):
-        mem = open_memory(namespace=f"duration{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH)
-        ids = build(mem, clock, DURATION[lang])
-        recall = mem.retrieve(DURATION_QUERY[lang], k=K)
+        mem = open_memory(namespace=f"{kind}{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH)
+        ids = build(mem, clock, corpus)
+        recall = mem.retrieve(query, k=K)
         check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
         keys = {v: k for k, v in ids.items()}
         located[on] = keys[recall.branches[0].branch_id]
         hits[on] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
         explained[on] = named(recall, ids)
-    assert located == {False: DURATION[lang][0][0], True: "pm"}, explained
-    assert "pm_length" in hits[True], explained[True]
+    assert located == {False: corpus[0][0], True: subtask}, explained
+    assert answer in hits[True], explained[True]
 
 
 SUPPLIERS = ["OfficeMax Pro", "Dell Direct", "Bechtle", "Grainger", "CDW"]

@@ -168,3 +168,51 @@ def test_memories_stating_a_duration(content: str) -> None:
 ])
 def test_memories_stating_no_duration(content: str) -> None:
     assert not text.holds_duration(content)
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("How long did the outage from BUG-4281 last?", "duration"),
+    ("How many days did the trip to Paris take?", "duration"),  # a length of time, not a count
+    ("How many boxes showed up for order PO-5273?", "count"),
+    ("How many test cases guard against BUG-8981 coming back?", "count"),
+    ("采购单 PO-4196 到了几箱？", "count"),
+    ("防止缺陷 BUG-3673 复发的用例有多少个？", "count"),
+    ("缺陷 BUG-3247 造成的故障持续了多久？", "duration"),
+    ("How much did the hotel cost?", None),  # an amount of money
+    ("吴佳琪这次在 EXP-6228 里花了多少钱？", None),
+    ("几点开会？", None),
+    ("Who owns ticket TKT-1049 now?", None),
+])
+def test_the_kind_of_answer_a_question_asks_for(question: str, kind: str | None) -> None:
+    assert text.answer_kind(question) == kind
+
+
+@pytest.mark.parametrize(("content", "counts"), [
+    ("Counted the laptops for PO-5273 at the dock: 8 boxes, labels match", True),
+    ("Postmortem: 84 minutes of degraded checkout, about 954 users affected", True),
+    ("The regression suite for BUG-8981 has 5 cases", True),
+    ("在仓库清点 PO-4196 的标签打印机：共 4 箱，标签一致", True),
+    ("防止复发的用例共三个", True),
+    ("PO-1632 is promised for delivery on March 25 to the lab", False),  # a date
+    ("Chased the supplier about PO-5273 at 12:59: no delivery date yet", False),  # a time
+    ("Orders above $10,000 such as PO-1613 need the CFO's signature", False),  # an amount, an id
+    ("The fix is planned for release v2.23.0", False),
+    ("BUG-8981 pushed errors to 32% of requests", False),
+    ("EXP-5612 缺少3月26日的出租车票", False),
+    ("PO-4196 拿到第二份报价", False),  # an ordinal
+])
+def test_memories_that_count(content: str, counts: bool) -> None:
+    assert text.holds_count(content) is counts
+    assert text.holds_answer("count", content) is counts
+
+
+def test_a_chinese_count_counts_in_the_measure_word_the_question_names() -> None:
+    assert text.count_measures("采购单 PO-4196 到了几箱？") == "箱"
+    assert text.count_measures("用例有多少个？") == ""  # 个: any measure word
+    assert text.count_measures("How many boxes showed up?") == ""
+    split = "决定 PO-4196 分两批到货，市场部先拿一半"
+    assert text.holds_count(split)  # two batches: a count
+    assert not text.holds_answer("count", split, "采购单 PO-4196 到了几箱？")  # but not of boxes
+    assert text.holds_answer("count", "在仓库清点 PO-4196：共 4 箱，标签一致", "采购单 PO-4196 到了几箱？")
+    with pytest.raises(ValueError):
+        text.holds_answer("colour", "red")
