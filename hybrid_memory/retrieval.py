@@ -124,8 +124,11 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
 
-            # The identifiers the question names: terms with a digit that few memories hold.
-            named = frozenset(t for t in words.known if words.df[t] <= r.named_df and any(c.isdigit() for c in t))
+            # The identifiers the question names: terms of three characters or more with a
+            # digit that few memories hold ("5335" of PO-5335; not the "27" of "27-inch",
+            # a size that other orders' monitors have too).
+            named = frozenset(t for t in words.known if len(t) >= 3 and words.df[t] <= r.named_df
+                              and any(c.isdigit() for c in t))
             postings = words.held(cand_rows)
             # A question asking how long (how many): a candidate stating a duration (a
             # count) holds one more of its words, which inside a family tells the

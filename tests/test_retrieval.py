@@ -1205,6 +1205,38 @@ def test_a_question_naming_an_identifier_keeps_to_the_family_that_holds_it(open_
     assert any(not key.startswith("po3924") for key in spreading[0.0])
 
 
+# Two orders of the same monitors: the question names one by its number and both
+# by the monitors' size.
+SIZES = [
+    ("po9610", "Purchase order PO-9610: 28 27-inch monitors for HR", [
+        ("po9610_damaged", "event", "5 of the 27-inch monitors in PO-9610 arrived damaged; photos sent to the supplier"),
+        ("po9610_colour", "preference", "HR wants the 27-inch monitors on PO-9610 in black, not silver"),
+        ("po9610_tender", "decision", "PO-9610 went out to tender: three suppliers asked for quotes"),
+        ("po9610_state", "state", "Order PO-9610: placed with the supplier, awaiting delivery"),
+    ]),
+    ("po5335", "Purchase order PO-5335: 34 27-inch monitors for R&D", [
+        ("po5335_skip", "decision", "Skipping the tender for PO-5335: it is under the $42,000 threshold"),
+        ("po5335_chased", "event", "Chased the supplier about PO-5335 at 12:28: no delivery date yet"),
+    ]),
+    *NAMED_OUTSIDE[1:6],
+]
+SIZES_QUERY = "Why didn't the 27-inch monitors order PO-5335 go out to tender?"
+
+
+def test_a_small_number_in_the_question_is_not_an_identifier(open_memory, clock):
+    """The "27" of "27-inch" is a size both orders' memories hold; "5335" names one
+    order. Were "27" an identifier too, the other order would hold one of the named
+    identifiers and pay nothing for holding none of the one that matters; it reads
+    as close as the order asked about (its own tender decision), and was located."""
+    mem = open_memory(namespace="sizes", **NO_FLUSH)
+    ids = build(mem, clock, SIZES)
+    recall = mem.retrieve(SIZES_QUERY, k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    keys = {v: k for k, v in ids.items()}
+    assert keys[recall.branches[0].branch_id] == "po5335", named(recall, ids)
+    assert "po5335_skip" in [keys[s.node.id] for s in recall.nodes if s.reason == "hit"], named(recall, ids)
+
+
 UPDATES = [
     ("t1049", "Support ticket TKT-1049: Vandelay Imports reports SSO login failing on Android", [
         ("t1049_new", "state", "Ticket TKT-1049: new, triaging the report"),
