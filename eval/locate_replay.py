@@ -4,9 +4,13 @@
     python -m eval.locate_replay score en2.locate.jsonl                       # the recorded settings
     python -m eval.locate_replay score en2.locate.jsonl --config variant.toml --misses
 
-branch_acc@1 depends only on stage 1 of a retrieve: which branch scores first from
-the question's candidates (their dense and lexical scores, the query words they
-hold, those words' rarity in the memory). ``record`` runs the harness's hybrid
+branch_acc@1 depends almost only on stage 1 of a retrieve: which branch scores first
+from the question's candidates (their dense and lexical scores, the query words they
+hold, those words' rarity in the memory). The exception is a question asking how long
+or how many, which the located family's other memories can move to another branch
+of the family (``retrieval._answer_branch``); the recording keeps where it moved
+from and to, and ``score`` moves it again when stage 1 locates the same branch.
+``record`` runs the harness's hybrid
 system over a trace (no forgetting run, no control run) and keeps, for every
 question, those inputs as they were at the moment it was asked, with the trace ids
 of every candidate branch and the question's gold branch. ``score`` feeds the kept
@@ -59,10 +63,11 @@ class _Row:
 @contextmanager
 def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
     """While active, every hybrid retrieve asked by the harness appends its stage-1
-    inputs to ``sink``. It wraps two private functions (the retriever's stage 1 and
+    inputs to ``sink``, and the branch its family's answer check moved the question to,
+    if any. It wraps three private functions (the retriever's stage 1 and answer check,
     the replayer's question): the test of this module fails when they change shape."""
     state: dict[str, Any] = {}
-    ask, locate = harness.Replayer._ask, retrieval._locate
+    ask, locate, answer = harness.Replayer._ask, retrieval._locate, retrieval._answer_branch
 
     def _ask(self: harness.Replayer, q: harness.Query) -> harness.Reply:
         state.update(replayer=self, query=q, first=True)
@@ -75,6 +80,7 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
                 lexical: Mapping[str, float], dense_mix: float, named: frozenset[str],
                 idf: Mapping[str, float]) -> list[tuple[float, str, int]]:
         out = locate(r, cand_rows, postings, dense, lexical, dense_mix, named, idf)
+        state["recorded"] = None
         # Only the harness's official ask of each question (the first retrieve).
         if state.get("first"):
             state["first"] = False
@@ -97,9 +103,23 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
                 "dense_mix": dense_mix, "by_family": r.by_family,
                 "named": sorted(named), "idf": dict(idf),
             })
+            state["recorded"] = sink[-1]
         return out
 
-    with mock.patch.object(harness.Replayer, "_ask", _ask), mock.patch.object(retrieval, "_locate", _locate):
+    def _answer_branch(kind: str, query: str, located: str, root: str, nodes: Sequence[Any]) -> str | None:
+        moved = answer(kind, query, located, root, nodes)
+        rec = state.get("recorded")
+        if rec is not None and moved is not None:
+            to_trace = state["replayer"].from_sys
+            trace = sorted(to_trace.get(moved, ()))
+            rec["answer_branch"] = {"from": located, "to": moved,
+                                    "path": next(n.path for n in nodes if n.branch_id == moved)}
+            rec["branches"][moved] = trace
+            rec["located"] = trace
+        return moved
+
+    with mock.patch.object(harness.Replayer, "_ask", _ask), mock.patch.object(retrieval, "_locate", _locate), \
+            mock.patch.object(retrieval, "_answer_branch", _answer_branch):
         yield
 
 
@@ -136,8 +156,15 @@ def rescore(rec: Mapping[str, Any], r: RetrievalConfig) -> list[tuple[float, str
     postings = [(t, i, n) for t, i, n in rec["postings"] if r.answer_type or t not in answer_words]
     dense = {i: c["dense"] for i, c in rec["cands"].items()}
     lexical = {i: c["lexical"] for i, c in rec["cands"].items()}
-    return retrieval._locate(r, cand_rows, postings, dense, lexical, rec["dense_mix"], frozenset(rec["named"]),
-                             rec["idf"])
+    out = retrieval._locate(r, cand_rows, postings, dense, lexical, rec["dense_mix"], frozenset(rec["named"]),
+                            rec["idf"])
+    # The family's answer check read the family's other memories, which the recording
+    # does not hold: what it did is replayed when stage 1 locates the branch it moved from.
+    moved = rec.get("answer_branch")
+    if r.answer_type and moved and out and out[0][1] == moved["from"]:
+        n = next((n for _, b, n in out if b == moved["to"]), 0)
+        out = [(out[0][0], moved["to"], n), *(o for o in out if o[1] != moved["to"])]
+    return out
 
 
 def miss_kind(rec: Mapping[str, Any], located: str | None) -> str | None:
@@ -149,7 +176,9 @@ def miss_kind(rec: Mapping[str, Any], located: str | None) -> str | None:
     gold_paths = rec["gold_paths"]
     if not gold_paths or located is None:
         return MISS_KINDS[4]
-    path = next(c["path"] for c in rec["cands"].values() if c["branch"] == located)
+    moved = rec.get("answer_branch") or {}
+    path = moved["path"] if moved.get("to") == located else \
+        next(c["path"] for c in rec["cands"].values() if c["branch"] == located)
     here = _task_path(path, located)
     for there in gold_paths:
         if there.startswith(here + "/"):

@@ -163,6 +163,16 @@ class Retriever:
             opened = branch_score.keys() | family
             rows = self.store.branch_rows(conn, self.namespace, [*branch_score, *family])
             branch_nodes = [node_from_row(row) for row in rows]
+            # A question asking how long (how many) whose located branch states no such
+            # answer, while one other branch of its family read here does: the answer is
+            # there, though it was not among the candidates ("Postmortem for BUG-4388:
+            # 18 minutes of degraded checkout" under "Write the postmortem for BUG-4388").
+            moved = _answer_branch(kind, query, chosen[0][1], located_root, branch_nodes) if kind else None
+            if moved is not None:
+                chosen = [(best, moved, next((n for _, b, n in scored_branches if b == moved), 0)),
+                          *(c for c in chosen if c[1] != moved)]
+                branch_score = {b: s for s, b, _ in chosen}
+                every_branch[moved] = best
             words.complete({n.id: None for n in branch_nodes})
             local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
             zero = np.zeros(len(qvec), dtype=np.float32)
@@ -723,6 +733,19 @@ def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node],
             if lift > u.score:
                 u.score, u.updates = lift, s.node.id
             lifted.add(n.id)
+
+
+def _answer_branch(kind: str, query: str, located: str, root: str, nodes: Sequence[Node]) -> str | None:
+    """The branch of the family under ``root`` that answers a question asking for a
+    ``kind`` of answer (``text.answer_kind``) when ``located`` does not: the one
+    branch among ``nodes`` whose memories (not its task line) state such an answer,
+    none of them in ``located``. None when ``located`` states one, or when no other
+    branch or more than one does."""
+    holders = {n.branch_id for n in nodes if n.type is not NodeType.TASK and root_of(n.path) == root
+               and text.holds_answer(kind, n.content, query)}
+    if located in holders or len(holders) != 1:
+        return None
+    return holders.pop()
 
 
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:

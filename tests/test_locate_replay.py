@@ -111,3 +111,24 @@ def test_the_duration_word_follows_the_settings() -> None:
     assert locate_replay.miss_kind(rec, locate_replay.rescore(rec, on.retrieval)[0][1]) is None
     assert locate_replay.miss_kind(rec, locate_replay.rescore(rec, off.retrieval)[0][1]) == \
         "parent located, gold in a subtask"
+
+
+def test_a_recorded_move_to_the_answering_branch_is_replayed() -> None:
+    """The family's answer check moved the question from the parent (r) to a subtask
+    (u) that had no stage-1 candidate. Re-scored, stage 1 locates r again and the move
+    is made again (and is not, with retrieval.answer_type off); the moved-to branch
+    is read from what the recording kept of it."""
+    rec = _record("r", "r/s")
+    rec["cands"]["a"]["dense"] = 0.9  # stage 1 locates r
+    rec["gold_branch"] = ["U"]
+    rec["branches"]["u"] = ["U"]
+    rec["answer_branch"] = {"from": "r", "to": "u", "path": "r/u/m/"}
+    on = Config.load()
+    off = Config.load(overrides={"retrieval": {"answer_type": False}})
+    assert locate_replay.rescore(rec, off.retrieval)[0][1] == "r"
+    out = locate_replay.rescore(rec, on.retrieval)
+    assert out[0][1] == "u" and out[0][0] == locate_replay.rescore(rec, off.retrieval)[0][0]
+    assert locate_replay.miss_kind(rec, "u") is None
+    assert locate_replay.miss_kind(rec, "r") == "parent located, gold in a subtask"
+    assert locate_replay.score([rec], on)["branch_acc@1"] == 1.0
+    assert locate_replay.score([rec], off)["branch_acc@1"] == 0.0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, text
+from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, retrieval, text
 from hybrid_memory.retrieval import _QueryWords, branch_factor, rank_key
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
@@ -1203,6 +1203,44 @@ def test_a_question_naming_an_identifier_keeps_to_the_family_that_holds_it(open_
     assert "po3924_switch" in hits[0.0], explained[0.0]
     assert spreading[0.0] == spreading[1.0]
     assert any(not key.startswith("po3924") for key in spreading[0.0])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_how_long_question_moves_to_the_family_branch_that_measured_it(open_memory, clock, monkeypatch, lang):
+    """The measurement is not among stage 1's candidates (two of each channel here), so
+    stage 1 cannot see that the postmortem subtask answers "how long": it locates the
+    bug. The bug's own memories state no duration and the postmortem's do; with
+    retrieval.answer_type the located family's memories, read for stage 2, move the
+    question to the postmortem. Off, it stays on the bug."""
+    corpus, query, subtask, answer = ANSWER_TYPE_CASES[("duration", lang)]
+    # The measurement names no bug: it is written under the postmortem's task.
+    unnamed_line = {"en": "Postmortem: 84 minutes of degraded checkout, about 954 users affected",
+                    "zh": "复盘：结算功能降级 28 分钟，约 3517 名用户受影响"}[lang]
+    first = (corpus[0][0], corpus[0][1], [(m[0], m[1], unnamed_line, *m[3:]) if m[0] == answer else m
+                                          for m in corpus[0][2]])
+    corpus = [first, *corpus[1:]]
+    seen: dict[bool, set[str]] = {}
+    real = retrieval._locate
+
+    def spy(r: Any, cand_rows: Any, *args: Any) -> Any:
+        seen[r.answer_type] = set(cand_rows)
+        return real(r, cand_rows, *args)
+
+    monkeypatch.setattr(retrieval, "_locate", spy)
+    located, hits, explained = {}, {}, {}
+    for on in (False, True):
+        mem = open_memory(namespace=f"moved{lang}{int(on)}", retrieval={"answer_type": on, "candidates": 2},
+                          **NO_FLUSH)
+        ids = build(mem, clock, corpus)
+        recall = mem.retrieve(query, k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        assert ids[answer] not in seen[on]
+        located[on] = keys[recall.branches[0].branch_id]
+        hits[on] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
+        explained[on] = named(recall, ids)
+    assert located == {False: corpus[0][0], True: subtask}, explained
+    assert answer in hits[True], explained[True]
 
 
 # Two orders of the same monitors: the question names one by its number and both
