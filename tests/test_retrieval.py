@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, retrieval, text
+from hybrid_memory.config import Config
 from hybrid_memory.retrieval import _QueryWords, branch_factor, rank_key
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
@@ -1185,7 +1186,10 @@ def test_a_question_naming_an_identifier_keeps_to_the_family_that_holds_it(open_
     question, and a spreading question is not kept to one family.)"""
     outside, hits, explained, spreading = {}, {}, {}, {}
     for factor in (1.0, 0.0):
-        mem = open_memory(namespace=f"named{int(factor)}", retrieval={"named_outside": factor}, **NO_FLUSH)
+        # (Stage 1's retrieval.unnamed held at 0.8: at the default 0.5 the other orders'
+        # branches already fall far enough behind that none of their lines is among the k.)
+        mem = open_memory(namespace=f"named{int(factor)}", retrieval={"named_outside": factor, "unnamed": 0.8},
+                          **NO_FLUSH)
         ids = build(mem, clock, NAMED_OUTSIDE)
         recall = mem.retrieve(NAMED_OUTSIDE_QUERY, k=K)
         check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
@@ -1241,6 +1245,45 @@ def test_a_how_long_question_moves_to_the_family_branch_that_measured_it(open_me
         explained[on] = named(recall, ids)
     assert located == {False: corpus[0][0], True: subtask}, explained
     assert answer in hits[True], explained[True]
+
+
+# Bugs whose fault lines are written two ways: the question's own words ("问题代码在哪个
+# 文件") in the other bugs' lines, other words ("出在") in the line of the bug it names.
+PHRASED = [
+    ("bug2791", "修复缺陷 BUG-2791：billing-api 每次发布后内存泄漏", [
+        ("bug2791_state", "state", "缺陷 BUG-2791：排查中，还没有修复方案"),
+        ("bug2791_fault", "fact", "BUG-2791 出在 db/migrations/0042_ledger.sql 的重试循环里"),
+    ]),
+    *[(f"bug{n}", f"修复缺陷 BUG-{n}：{service} {what}", [
+        (f"bug{n}_state", "state", f"缺陷 BUG-{n}：排查中，还没有修复方案"),
+        (f"bug{n}_fault", "fact", f"BUG-{n} 的问题代码在 {where} 的重试循环中"),
+    ]) for n, service, what, where in [(3260, "auth-service", "用户被随机踢下线", "handlers/payment.go"),
+                                       (1848, "report-builder", "高负载下超时", "api/export.py"),
+                                       (7725, "order-service", "高峰期请求超时", "lib/cache.rb"),
+                                       (5590, "user-profile", "回调事件丢失", "worker/queue.rs"),
+                                       (6621, "notification-worker", "每封邮件发两次", "app/mailer.py"),
+                                       (4415, "search-indexer", "索引重复", "core/index.go")]],
+]
+PHRASED_QUERY = "缺陷 BUG-2791 的问题代码在哪个文件？"
+
+
+def test_a_named_bug_wins_over_other_bugs_written_in_the_questions_words(open_memory, clock):
+    """retrieval.unnamed: the other bugs' fault lines repeat the question's words; the
+    named bug's own line says it differently. At the old factor (0.8) another bug was
+    located; at the default (0.5), the bug the question names."""
+    located, explained = {}, {}
+    default = Config.load().retrieval.unnamed
+    assert default < 0.8
+    for factor in (0.8, default):
+        mem = open_memory(namespace=f"phrased{int(factor * 10)}", retrieval={"unnamed": factor}, **NO_FLUSH)
+        ids = build(mem, clock, PHRASED)
+        recall = mem.retrieve(PHRASED_QUERY, k=K)
+        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+        keys = {v: k for k, v in ids.items()}
+        located[factor] = keys[recall.branches[0].branch_id]
+        explained[factor] = named(recall, ids)
+    assert located[0.8] != "bug2791", explained[0.8]
+    assert located[default] == "bug2791", explained[default]
 
 
 # Two orders of the same monitors: the question names one by its number and both
