@@ -34,7 +34,7 @@ import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +106,8 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
             state["recorded"] = sink[-1]
         return out
 
-    def _answer_branch(kind: str, query: str, located: str, root: str, nodes: Sequence[Any]) -> str | None:
-        moved = answer(kind, query, located, root, nodes)
+    def _answer_branch(holds: Callable[[str], bool], located: str, root: str, nodes: Sequence[Any]) -> str | None:
+        moved = answer(holds, located, root, nodes)
         rec = state.get("recorded")
         if rec is not None and moved is not None:
             to_trace = state["replayer"].from_sys

@@ -135,9 +135,11 @@ class Retriever:
             # subtask that measured it ("Postmortem: 84 minutes of degraded checkout")
             # from the parent's lines.
             kind = text.answer_kind(query) if r.answer_type else None
+            holds: Callable[[str], bool] | None = None
             if kind is not None:
+                holds = text.answer_test(kind, query)
                 postings = [*postings, *((text.ANSWER_TERMS[kind], i, 1) for i, row in cand_rows.items()
-                                         if text.holds_answer(kind, row.content, query))]
+                                         if holds(row.content))]
             scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
@@ -167,7 +169,7 @@ class Retriever:
             # answer, while one other branch of its family read here does: the answer is
             # there, though it was not among the candidates ("Postmortem for BUG-4388:
             # 18 minutes of degraded checkout" under "Write the postmortem for BUG-4388").
-            moved = _answer_branch(kind, query, chosen[0][1], located_root, branch_nodes) if kind else None
+            moved = _answer_branch(holds, chosen[0][1], located_root, branch_nodes) if holds is not None else None
             if moved is not None:
                 chosen = [(best, moved, next((n for _, b, n in scored_branches if b == moved), 0)),
                           *(c for c in chosen if c[1] != moved)]
@@ -735,14 +737,14 @@ def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node],
             lifted.add(n.id)
 
 
-def _answer_branch(kind: str, query: str, located: str, root: str, nodes: Sequence[Node]) -> str | None:
+def _answer_branch(holds: Callable[[str], bool], located: str, root: str, nodes: Sequence[Node]) -> str | None:
     """The branch of the family under ``root`` that answers a question asking for a
-    ``kind`` of answer (``text.answer_kind``) when ``located`` does not: the one
-    branch among ``nodes`` whose memories (not its task line) state such an answer,
-    none of them in ``located``. None when ``located`` states one, or when no other
-    branch or more than one does."""
+    kind of answer (``holds``: ``text.answer_test`` of the question) when
+    ``located`` does not: the one branch among ``nodes`` whose memories (not its task
+    line) state such an answer, none of them in ``located``. None when ``located``
+    states one, or when no other branch or more than one does."""
     holders = {n.branch_id for n in nodes if n.type is not NodeType.TASK and root_of(n.path) == root
-               and text.holds_answer(kind, n.content, query)}
+               and holds(n.content)}
     if located in holders or len(holders) != 1:
         return None
     return holders.pop()
@@ -805,7 +807,7 @@ def _branch_scores(
             held[p[1]].append(p)
     out: list[tuple[float, str, int]] = []
     holders = {node_id for term, node_id, _ in postings if term in named and node_id in cand_rows} if named else set()
-    for members in groups.values():
+    for key, members in groups.items():
         score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
         if holders and not holders.intersection(members):
             score *= unnamed
@@ -814,7 +816,7 @@ def _branch_scores(
             out += [(score, b, n) for b, n in count.items()]
             continue
         scale = rarity
-        root = root_of(next(iter(members.values())).path)
+        root = key  # (a family: only families hold more than one branch)
         if title != 1.0 and root in members:
             scale = dict(rarity or {})
             for term, _, _ in held[root]:

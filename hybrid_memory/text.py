@@ -7,10 +7,12 @@ itself). This is what makes Chinese retrievable even with an English embedder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 
 _CJK = (
     "\u3040-\u30ff"  # kana
@@ -176,7 +178,7 @@ _MEASURES = "个名张箱台件位次条份人家辆本套把盒包批项"
 # 用例有多少个？) is answered by a memory that counts ("8 boxes", 共 4 箱, 3 个用例).
 # Not a length of time (a duration question) and not an amount of money (多少钱).
 _COUNT_QUESTION = (
-    re.compile(r"\bhow many\b(?!\s+(?:seconds|minutes|hours|days|weeks|months|years)\b)", re.IGNORECASE),
+    re.compile(r"\bhow many\b", re.IGNORECASE),  # ("how many days": a duration question, tried first)
     re.compile(rf"(?:几|多少)([{_MEASURES}])"),
 )
 _MONTHS = frozenset("january february march april may june july august september october november december "
@@ -226,14 +228,20 @@ def answer_kind(question: str) -> str | None:
     return None
 
 
-def holds_answer(kind: str, content: str, question: str = "") -> bool:
-    """Whether ``content`` states an answer of ``kind`` (a key of :data:`ANSWER_TERMS`)
-    to ``question`` (which names what a Chinese count counts)."""
+def answer_test(kind: str, question: str = "") -> Callable[[str], bool]:
+    """What tells a memory that states an answer of ``kind`` (a key of
+    :data:`ANSWER_TERMS`) to ``question`` (which names what a Chinese count counts):
+    read off the question once, then asked of each memory's content."""
     if kind == "duration":
-        return holds_duration(content)
+        return holds_duration
     if kind == "count":
-        return holds_count(content, count_measures(question))
+        return functools.partial(holds_count, measures=count_measures(question))
     raise ValueError(f"unknown answer kind {kind!r}")
+
+
+def holds_answer(kind: str, content: str, question: str = "") -> bool:
+    """Whether ``content`` states an answer of ``kind`` to ``question`` (:func:`answer_test`)."""
+    return answer_test(kind, question)(content)
 
 
 # A question about how things stand now, after a change: its answer is the newest
