@@ -8,7 +8,7 @@ what the query is about, not by one common word.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -166,6 +166,25 @@ def named(recall: Recall, ids: Mapping[str, str]) -> str:
     for key, node_id in ids.items():
         text = text.replace(node_id, key)
     return text
+
+
+class Asked(NamedTuple):
+    """One question to a corpus, in the corpus's keys."""
+
+    located: str  # the first branch
+    hits: list[str]  # the hits, best first
+    explained: str  # recall.explain(), for failure messages
+    ids: dict[str, str]  # key -> node id
+
+
+def ask(mem: MemoryTree, clock: Any, corpus: Corpus, query: str) -> Asked:
+    """Write ``corpus`` into ``mem``, ask ``query`` (k = K) and check the recall's invariants."""
+    ids = build(mem, clock, corpus)
+    recall = mem.retrieve(query, k=K)
+    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
+    keys = {v: k for k, v in ids.items()}
+    return Asked(keys[recall.branches[0].branch_id], [keys[s.node.id] for s in recall.nodes if s.reason == "hit"],
+                 named(recall, ids), ids)
 
 
 def preorder(nodes: Sequence[ScoredNode]) -> list[str]:
@@ -965,18 +984,11 @@ def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(
     the hire's status line and in most other memories, "offer" only in the closing
     subtask's memory: weighed by the whole memory, that subtask is located; weighed
     among the family's candidates alone, the two words tie and the hire's breadth wins."""
-    located, hits, explained = {}, {}, {}
-    for rarity in (0.0, 1.0):
-        mem = open_memory(namespace=f"rarity{int(rarity)}", retrieval={"family_rarity": rarity}, **NO_FLUSH)
-        ids = build(mem, clock, RARITY)
-        recall = mem.retrieve(RARITY_QUERY, k=K)
-        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-        keys = {v: k for k, v in ids.items()}
-        located[rarity] = keys[recall.branches[0].branch_id]
-        hits[rarity] = {keys[s.node.id] for s in recall.nodes if s.reason == "hit"}
-        explained[rarity] = named(recall, ids)
-    assert located == {0.0: "hire", 1.0: "close"}, explained
-    assert "close_signed" in hits[1.0], explained
+    asked = {rarity: ask(open_memory(namespace=f"rarity{int(rarity)}", retrieval={"family_rarity": rarity}, **NO_FLUSH),
+                         clock, RARITY, RARITY_QUERY) for rarity in (0.0, 1.0)}
+    explained = {rarity: a.explained for rarity, a in asked.items()}
+    assert {rarity: a.located for rarity, a in asked.items()} == {0.0: "hire", 1.0: "close"}, explained
+    assert "close_signed" in asked[1.0].hits, explained
 
 
 # A ticket (or a hire) whose title names what the question names it by, and a
@@ -1035,20 +1047,14 @@ def test_inside_a_family_the_title_words_say_which_family_not_which_branch(open_
     question's other word ("reproduce", "offer") and the id. Weighed in full (1), the
     title's words locate the parent task; at the default (0.1) they only say which
     family, and the subtask is located, its answer among the hits."""
-    located, hits, explained = {}, {}, {}
     answer = {"en": "repro_done", "zh": "offer_signed"}[lang]
-    for title in (1.0, 0.1):
-        mem = open_memory(namespace=f"title{lang}{int(title * 10)}", retrieval={"family_title": title}, **NO_FLUSH)
-        ids = build(mem, clock, TITLE_WORDS[lang])
-        recall = mem.retrieve(TITLE_WORDS_QUERY[lang], k=K)
-        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-        keys = {v: k for k, v in ids.items()}
-        located[title] = keys[recall.branches[0].branch_id]
-        hits[title] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
-        explained[title] = named(recall, ids)
+    asked = {title: ask(open_memory(namespace=f"title{lang}{int(title * 10)}", retrieval={"family_title": title},
+                                    **NO_FLUSH), clock, TITLE_WORDS[lang], TITLE_WORDS_QUERY[lang])
+             for title in (1.0, 0.1)}
+    explained = {title: a.explained for title, a in asked.items()}
     subtask = {"en": "repro", "zh": "offer"}[lang]
-    assert located == {1.0: TITLE_WORDS[lang][0][0], 0.1: subtask}, explained
-    assert answer in hits[0.1], explained[0.1]
+    assert {title: a.located for title, a in asked.items()} == {1.0: TITLE_WORDS[lang][0][0], 0.1: subtask}, explained
+    assert answer in asked[0.1].hits, explained[0.1]
 
 
 # A bug whose postmortem subtask measured the outage, beside the bug's own status
@@ -1140,18 +1146,11 @@ def test_a_question_asking_how_long_or_how_many_locates_the_memory_that_says(ope
     the hits."""
     corpus, query, subtask, answer = ANSWER_TYPE_CASES[(kind, lang)]
     assert text.answer_kind(query) == kind
-    located, hits, explained = {}, {}, {}
-    for on in (False, True):
-        mem = open_memory(namespace=f"{kind}{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH)
-        ids = build(mem, clock, corpus)
-        recall = mem.retrieve(query, k=K)
-        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-        keys = {v: k for k, v in ids.items()}
-        located[on] = keys[recall.branches[0].branch_id]
-        hits[on] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
-        explained[on] = named(recall, ids)
-    assert located == {False: corpus[0][0], True: subtask}, explained
-    assert answer in hits[True], explained[True]
+    asked = {on: ask(open_memory(namespace=f"{kind}{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH),
+                     clock, corpus, query) for on in (False, True)}
+    explained = {on: a.explained for on, a in asked.items()}
+    assert {on: a.located for on, a in asked.items()} == {False: corpus[0][0], True: subtask}, explained
+    assert answer in asked[True].hits, explained[True]
 
 
 SUPPLIERS = ["OfficeMax Pro", "Dell Direct", "Bechtle", "Grainger", "CDW"]
@@ -1231,20 +1230,12 @@ def test_a_how_long_question_moves_to_the_family_branch_that_measured_it(open_me
         return real(r, cand_rows, *args)
 
     monkeypatch.setattr(retrieval, "_locate", spy)
-    located, hits, explained = {}, {}, {}
-    for on in (False, True):
-        mem = open_memory(namespace=f"moved{lang}{int(on)}", retrieval={"answer_type": on, "candidates": 2},
-                          **NO_FLUSH)
-        ids = build(mem, clock, corpus)
-        recall = mem.retrieve(query, k=K)
-        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-        keys = {v: k for k, v in ids.items()}
-        assert ids[answer] not in seen[on]
-        located[on] = keys[recall.branches[0].branch_id]
-        hits[on] = [keys[s.node.id] for s in recall.nodes if s.reason == "hit"]
-        explained[on] = named(recall, ids)
-    assert located == {False: corpus[0][0], True: subtask}, explained
-    assert answer in hits[True], explained[True]
+    asked = {on: ask(open_memory(namespace=f"moved{lang}{int(on)}", retrieval={"answer_type": on, "candidates": 2},
+                                 **NO_FLUSH), clock, corpus, query) for on in (False, True)}
+    explained = {on: a.explained for on, a in asked.items()}
+    assert all(a.ids[answer] not in seen[on] for on, a in asked.items())
+    assert {on: a.located for on, a in asked.items()} == {False: corpus[0][0], True: subtask}, explained
+    assert answer in asked[True].hits, explained[True]
 
 
 # Bugs whose fault lines are written two ways: the question's own words ("问题代码在哪个
@@ -1271,19 +1262,12 @@ def test_a_named_bug_wins_over_other_bugs_written_in_the_questions_words(open_me
     """retrieval.unnamed: the other bugs' fault lines repeat the question's words; the
     named bug's own line says it differently. At the old factor (0.8) another bug was
     located; at the default (0.5), the bug the question names."""
-    located, explained = {}, {}
     default = Config.load().retrieval.unnamed
     assert default < 0.8
-    for factor in (0.8, default):
-        mem = open_memory(namespace=f"phrased{int(factor * 10)}", retrieval={"unnamed": factor}, **NO_FLUSH)
-        ids = build(mem, clock, PHRASED)
-        recall = mem.retrieve(PHRASED_QUERY, k=K)
-        check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-        keys = {v: k for k, v in ids.items()}
-        located[factor] = keys[recall.branches[0].branch_id]
-        explained[factor] = named(recall, ids)
-    assert located[0.8] != "bug2791", explained[0.8]
-    assert located[default] == "bug2791", explained[default]
+    asked = {factor: ask(open_memory(namespace=f"phrased{int(factor * 10)}", retrieval={"unnamed": factor}, **NO_FLUSH),
+                         clock, PHRASED, PHRASED_QUERY) for factor in (0.8, default)}
+    assert asked[0.8].located != "bug2791", asked[0.8].explained
+    assert asked[default].located == "bug2791", asked[default].explained
 
 
 # Two orders of the same monitors: the question names one by its number and both
@@ -1309,13 +1293,9 @@ def test_a_small_number_in_the_question_is_not_an_identifier(open_memory, clock)
     order. Were "27" an identifier too, the other order would hold one of the named
     identifiers and pay nothing for holding none of the one that matters; it reads
     as close as the order asked about (its own tender decision), and was located."""
-    mem = open_memory(namespace="sizes", **NO_FLUSH)
-    ids = build(mem, clock, SIZES)
-    recall = mem.retrieve(SIZES_QUERY, k=K)
-    check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
-    keys = {v: k for k, v in ids.items()}
-    assert keys[recall.branches[0].branch_id] == "po5335", named(recall, ids)
-    assert "po5335_skip" in [keys[s.node.id] for s in recall.nodes if s.reason == "hit"], named(recall, ids)
+    asked = ask(open_memory(namespace="sizes", **NO_FLUSH), clock, SIZES, SIZES_QUERY)
+    assert asked.located == "po5335", asked.explained
+    assert "po5335_skip" in asked.hits, asked.explained
 
 
 UPDATES = [
