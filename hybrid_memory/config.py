@@ -81,6 +81,7 @@ class RetrievalConfig:
     common_postings: int
     in_memory_lexicon: bool
     small_memory: bool
+    rank_reads: bool
     by_family: bool
     family_dense: float
     family_rarity: float

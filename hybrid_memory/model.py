@@ -60,9 +60,16 @@ class Node:
     merged: bool = False
 
     @property
+    def written_at(self) -> float:
+        """The last time the node was written (added, updated, merged with a twin, given
+        feedback) or had activity below it: where its recency counts from."""
+        return max(self.created_at, self.updated_at, self.active_at)
+
+    @property
     def touched_at(self) -> float:
-        """The last time the node was written, read, or had activity below it."""
-        return max(self.created_at, self.updated_at, self.accessed_at, self.active_at)
+        """The last time the node was written, read, or had activity below it: where its
+        recency counts from when ``weights.reads_refresh`` is on."""
+        return max(self.written_at, self.accessed_at)
 
     @property
     def ancestor_ids(self) -> list[str]:

@@ -426,6 +426,7 @@ class _Replay:
         for k in ("importance", "confidence", "accessed_at", "version"):
             if k in p:
                 n[k] = p[k]
+        n["updated_at"] = max(n["updated_at"], o.ts)  # a twin written again (logs before this field too)
         self._touch(path_ids(n["path"])[:-1], "active_at", o.ts)
 
     def op_update(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
@@ -448,6 +449,7 @@ class _Replay:
         n["importance"], n["confidence"] = p["importance"], p["confidence"]
         n["version"] += 1
         n["accessed_at"] = max(n["accessed_at"], o.ts)
+        n["updated_at"] = max(n["updated_at"], o.ts)
 
     def op_supersede(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         n = self._node(o.node_id)

@@ -364,7 +364,12 @@ class Retriever:
                               key=lambda s: (s.weight, s.node.created_at, s.node.content))
 
     def _weight(self, node: Node, now: float) -> float:
-        return self.weight_of(node, now)
+        """The weight ``node`` is ranked by: :meth:`weight_of`, or with
+        ``retrieval.rank_reads`` off the same as if it had never been read."""
+        if self.config.retrieval.rank_reads:
+            return self.weight_of(node, now)
+        return weight(importance=node.importance, confidence=node.confidence, access_count=0,
+                      touched_at=node.written_at, now=now, cfg=self.config.weights)
 
     def weight_of(self, node: Node, now: float) -> float:
         """The node's weight at ``now``, counting the reads still buffered in this

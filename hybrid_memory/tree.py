@@ -611,7 +611,8 @@ class MemoryTree:
                 imp = min(1.0, imp + f.important_step)
             if confirmed:
                 conf = min(1.0, conf + f.confirmed_step)
-            self.store.update_node(conn, row.id, importance=imp, confidence=conf, version=row.version + 1, accessed_at=max(row.accessed_at, now))
+            self.store.update_node(conn, row.id, importance=imp, confidence=conf, version=row.version + 1,
+                                   accessed_at=max(row.accessed_at, now), updated_at=max(row.updated_at, now))
             self.store.log(conn, self.namespace, self.session, now, "feedback", row.id, {"importance": imp, "confidence": conf})
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 

@@ -446,6 +446,7 @@ class Writer:
             importance=max(twin["importance"], p.importance),
             confidence=min(1.0, max(twin["confidence"], p.confidence) + d.confidence_step),
             accessed_at=max(twin["accessed_at"], p.ts),
+            updated_at=max(twin["updated_at"], p.ts),
             version=twin["version"] + 1,
         )
         self.store.update_node(conn, twin["id"], **values)

@@ -381,6 +381,113 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
     assert reopened.stats().log_seq == seq + 2  # close() flushed: a second "access" entry
 
 
+def _unread_weight(mem: MemoryTree, node_id: str, now: float) -> float:
+    """The node's weight as if it had never been read: recency from its last write."""
+    n = mem.get(node_id)
+    return weight(importance=n.importance, confidence=n.confidence, access_count=0, touched_at=n.written_at,
+                  now=now, cfg=mem.config.weights)
+
+
+def _ranked_weight(mem: MemoryTree, query: str, node_id: str) -> float:
+    (scored,) = [s for s in mem.retrieve(query, reinforce=False).nodes if s.node.id == node_id]
+    return scored.weight
+
+
+@pytest.mark.parametrize("rank_reads", [False, True], ids=["default", "rank-reads"])
+def test_reads_count_in_the_weight_and_in_ranking_only_when_configured(
+        open_memory: Callable[..., MemoryTree], clock: Any, rank_reads: bool) -> None:
+    mem = open_memory(**({"retrieval": {"rank_reads": True}} if rank_reads else {}))
+    assert mem.config.retrieval.rank_reads is rank_reads
+    hl = mem.config.weights.half_life_s
+    mem.add("Plan the Lisbon trip in May", type="task")
+    hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
+    mem.add("Flights to Lisbon leave Berlin at nine in the morning", type="fact")
+    question = "When is the hotel in Alfama booked?"
+    clock.advance(2 * hl)
+    assert _recency_part(mem, hotel.id) == pytest.approx(0.25, abs=1e-12)
+    unread = _unread_weight(mem, hotel.id, clock.now)
+    assert mem.weight(mem.get(hotel)) == pytest.approx(unread, abs=1e-12)
+    assert _ranked_weight(mem, question, hotel.id) == pytest.approx(unread, abs=1e-12)
+
+    assert hotel.id in _reads(mem.retrieve(question))
+    mem.flush()
+    for _ in range(2):  # two more, still buffered
+        assert hotel.id in _reads(mem.retrieve(question))
+    # The weight counts the reads either way: usage, and recency from the last read.
+    assert mem.weight(mem.get(hotel)) > unread
+    mem.flush()
+    assert mem.get(hotel).access_count == 3
+    assert mem.get(hotel).accessed_at == clock.now
+    assert _recency_part(mem, hotel.id) == pytest.approx(1.0, abs=1e-12)
+    assert mem.weight(mem.get(hotel)) > unread
+    # Ranking counts them only when configured.
+    ranked = _ranked_weight(mem, question, hotel.id)
+    if rank_reads:
+        assert ranked == pytest.approx(mem.weight(mem.get(hotel)), abs=1e-12)
+    else:
+        assert ranked == pytest.approx(unread, abs=1e-12)
+
+    # A write refreshes the ranked weight in both modes: feedback, and a twin merged in.
+    clock.advance(hl)
+    mem.feedback(hotel, confirmed=True)
+    assert mem.get(hotel).written_at == clock.now
+    assert _unread_weight(mem, hotel.id, clock.now) > unread
+    if not rank_reads:
+        assert _ranked_weight(mem, question, hotel.id) == pytest.approx(_unread_weight(mem, hotel.id, clock.now), abs=1e-12)
+    clock.advance(hl)
+    twin = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
+    assert twin.merged and twin.id == hotel.id
+    assert mem.get(hotel).written_at == clock.now
+    assert _recency_part(mem, hotel.id) == pytest.approx(1.0, abs=1e-12)
+
+
+_DRIFT = {
+    "en": (["Support ticket TKT-31: the export to PDF fails", "Hire a data engineer for the platform team"],
+           ["The export fails only for reports with more than 40 pages",
+            "The customer uses Firefox 128 on Windows 11",
+            "A workaround is to export the report in two halves",
+            "Engineering reproduced the PDF export failure on staging",
+            "The candidate Maria Lopez has eight years of Spark experience",
+            "The onsite interview is scheduled for Thursday at ten",
+            "The salary band for the role tops out at 140k",
+            "Two references for Maria Lopez came back positive"],
+           ["Which browser does the customer use?", "How can the customer export the report now?",
+            "When is the onsite interview?", "What did the references say about the candidate?",
+            "Where was the export failure reproduced?"]),
+    "zh": (["工单 TKT-31：导出 PDF 失败", "为平台组招聘一名数据工程师"],
+           ["只有超过 40 页的报表导出会失败", "客户在 Windows 11 上使用 Firefox 128 浏览器",
+            "临时办法是把报表分成两半分别导出", "工程团队在测试环境复现了导出失败",
+            "候选人李娜有八年的 Spark 经验", "现场面试安排在周四上午十点",
+            "这个岗位的薪资上限是 14 万", "李娜的两位推荐人反馈都很正面"],
+           ["客户用的是什么浏览器？", "客户现在怎么导出报表？", "现场面试是什么时候？",
+            "推荐人对候选人评价如何？", "导出失败是在哪里复现的？"]),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_answers_do_not_drift_with_what_earlier_questions_returned(
+        open_memory: Callable[..., MemoryTree], clock: Any, lang: str) -> None:
+    """Ranking is read-blind by default: asking the same questions again after many
+    reads returns the same memories with the same scores."""
+    mem = open_memory()
+    tasks, memories, questions = _DRIFT[lang]
+    heads = [mem.add(t, type="task") for t in tasks]
+    for i, m in enumerate(memories):
+        clock.advance(86_400.0)
+        mem.add(m, type="fact", parent=heads[i * len(heads) // len(memories)])
+    clock.advance(30 * 86_400.0)
+
+    def answers() -> list[list[tuple[str, float]]]:
+        return [[(s.node.id, round(s.score, 12)) for s in mem.retrieve(q, k=3, reinforce=False).nodes]
+                for q in questions]
+
+    before = answers()
+    for _ in range(4):
+        for q in questions[:2]:  # the first two questions, read over and over
+            mem.retrieve(q, k=3)
+    mem.flush()
+    assert {n.id for n in mem.nodes() if n.access_count}, "the reads were counted"
+    assert answers() == before
 def test_reads_are_flushed_with_the_next_write(open_memory: Callable[..., MemoryTree]) -> None:
     mem = open_memory()
     hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
