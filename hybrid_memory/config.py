@@ -86,6 +86,7 @@ class RetrievalConfig:
     family_dense: float
     family_rarity: float
     family_title: float
+    family_particle: float
     answer_type: bool
     family_open: int
     unnamed: float
@@ -290,6 +291,7 @@ def _validate(c: Config) -> None:
         (r.standing_min_weight, "standing_min_weight"),
         (r.family_dense, "family_dense"),
         (r.family_title, "family_title"),
+        (r.family_particle, "family_particle"),
         (r.unnamed, "unnamed"),
         (r.named_outside, "named_outside"),
     ):

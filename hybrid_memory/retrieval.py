@@ -843,17 +843,22 @@ def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence
     the query words' in-family factors taken from their idf in the whole memory
     (``idf``). What ``eval.locate_replay`` records and re-scores."""
     return _branch_scores(cand_rows, postings, dense, lexical, dense_mix, r.by_family, family_dense=r.family_dense,
-                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity), title=r.family_title)
+                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity, r.family_particle),
+                          title=r.family_title)
 
 
-def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
+def _rarity(idf: Mapping[str, float], power: float, particle: float = 1.0) -> dict[str, float] | None:
     """The in-family factor of each query word (``retrieval.family_rarity``): its idf
-    in the whole memory to ``power``; None when ``power`` is 0. A CJK term is a
-    character pair, often one across a word boundary ("高艳的" gives "艳的"): its
-    rarity in the memory is the pair's, not a word's, so it is left out (factor 1)."""
-    if not power:
-        return None
-    return {t: v**power for t, v in idf.items() if not text.is_cjk(t)}
+    in the whole memory to ``power``; None when ``power`` is 0 and ``particle`` 1. A
+    CJK term is a character pair, often one across a word boundary ("高艳的" gives
+    "艳的"): its rarity in the memory is the pair's, not a word's, so it is left out
+    (factor 1), except a pair holding the particle 的 (``retrieval.family_particle``):
+    it joins a name or word to whatever the sentence puts next to it, so it says
+    nothing about which branch a memory is on."""
+    out = {t: v**power for t, v in idf.items() if not text.is_cjk(t)} if power else {}
+    if particle != 1.0:
+        out.update((t, particle) for t in idf if text.is_particle_pair(t))
+    return out if power or out else None
 
 
 def _branch_score(sims: Sequence[float]) -> float:

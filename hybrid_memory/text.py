@@ -62,6 +62,13 @@ def is_cjk(term: str) -> bool:
     return bool(_CJK_RUN.match(term))
 
 
+def is_particle_pair(term: str) -> bool:
+    """Whether ``term`` is a CJK term of :func:`terms` holding the particle 的: a pair
+    across a word boundary ("华的", "的杭", joining a name or word to the next one), or
+    the particle alone."""
+    return "的" in term and is_cjk(term)
+
+
 def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 

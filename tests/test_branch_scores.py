@@ -210,3 +210,26 @@ def test_the_rarity_factor_leaves_chinese_terms_alone() -> None:
     assert plain["a"] == pytest.approx(1 / 3) and weighed["a"] == pytest.approx(1 / 5)  # offer now weighs 3
     only_cjk = [("艳的", "a", 1), ("签证", "b", 1)]
     assert _idf_share(only_cjk, 2, _rarity(idf, 1.0)) == _idf_share(only_cjk, 2)
+
+
+def test_a_pair_holding_de_weighs_family_particle_inside_a_family() -> None:
+    """family_particle: a CJK term holding 的 ("华的", "的杭", 的 alone) gets that factor,
+    with or without family_rarity; other CJK pairs keep 1, and 1 changes nothing."""
+    idf = {"offer": 3.0, "华的": 5.6, "的杭": 4.0, "的": 0.1, "签证": 2.0}
+    assert _rarity(idf, 0.0, 1.0) is None
+    assert _rarity(idf, 0.0, 0.0) == {"华的": 0.0, "的杭": 0.0, "的": 0.0}
+    assert _rarity(idf, 1.0, 0.25) == {"offer": 3.0, "华的": 0.25, "的杭": 0.25, "的": 0.25}
+    assert _rarity(idf, 1.0, 1.0) == _rarity(idf, 1.0)
+    # A family: the trip's status line holds the question's "安排", the subtask's one
+    # memory the two pairs across 的 ("曹华的杭州之行"); both hold the trip's id.
+    rows = {"p_state": Row("P", "P/p_state/"), "s_talk": Row("S", "P/S/s_talk/")}
+    postings = [("3324", "p_state", 1), ("安排", "p_state", 1),
+                ("3324", "s_talk", 1), ("华的", "s_talk", 1), ("的杭", "s_talk", 1)]
+    dense = {"p_state": 0.6, "s_talk": 0.6}
+    lexical = {"p_state": 0.5, "s_talk": 0.5}
+
+    def first(particle: float) -> str:
+        return _branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=0.5,
+                              rarity=_rarity(idf, 0.0, particle))[0][1]
+
+    assert (first(1.0), first(0.0)) == ("S", "P")

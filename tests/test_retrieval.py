@@ -1057,6 +1057,41 @@ def test_inside_a_family_the_title_words_say_which_family_not_which_branch(open_
     assert answer in asked[0.1].hits, explained[0.1]
 
 
+# A trip whose status lines answer "how is it going", and a subtask whose one memory
+# starts with the traveller's name and 的, as the question does. Other trips around.
+PARTICLE = [
+    ("trv3324", "出差 TRV-3324：曹华3月8日去杭州参加年度审计", [
+        ("trv3324_start", "state", "出差 TRV-3324：已收到申请，和曹华确认了日期"),
+        ("trv3324_budget", "fact", "TRV-3324 差旅预算 1,850 元，含每日补贴"),
+        ("trv3324_hotel", "fact", "给曹华订了杭州的如家酒店，住 5 晚"),
+        ("trv3324_state", "state", "出差 TRV-3324：机票已预留，酒店还没订"),
+        ("papers", "task", "准备 TRV-3324 的参会材料"),
+        ("papers_talk", "event", "曹华的演讲稿已交给年度审计主办方审核", "papers"),
+    ]),
+    *[(f"trv{n}", f"出差 TRV-{n}：{who}{m}月{d}日去{city}参加{event}", [
+        (f"trv{n}_start", "state", f"出差 TRV-{n}：已收到申请，和{who}确认了日期"),
+        (f"trv{n}_hotel", "fact", f"给{who}订了{city}的全季酒店，住 3 晚"),
+        (f"trv{n}_state", "state", f"出差 TRV-{n}：全部订好，等差旅政策审核"),
+    ]) for n, who, m, d, city, event in [(5687, "吴子涵", 4, 25, "苏州", "行业峰会"),
+                                           (2840, "林文博", 5, 12, "广州", "客户培训"),
+                                           (6101, "郭建国", 6, 3, "长沙", "供应商大会"),
+                                           (1467, "邓强", 3, 19, "合肥", "年度审计")]],
+]
+PARTICLE_QUERY = "曹华的杭州之行（TRV-3324）安排得怎么样了？"
+
+
+def test_inside_a_family_a_pair_holding_de_does_not_decide_the_branch(open_memory, clock):
+    """retrieval.family_particle: "曹华的杭州之行" gives the character pair "华的", which
+    the subtask's one memory ("曹华的演讲稿...") holds and the trip's status lines do
+    not. Counted in full (1), that pair locates the subtask; at the default (0) the
+    trip is located, its latest status among the hits."""
+    asked = {f: ask(open_memory(namespace=f"particle{int(f)}", retrieval={"family_particle": f}, **NO_FLUSH),
+                    clock, PARTICLE, PARTICLE_QUERY) for f in (1.0, 0.0)}
+    explained = {f: a.explained for f, a in asked.items()}
+    assert {f: a.located for f, a in asked.items()} == {1.0: "papers", 0.0: "trv3324"}, explained
+    assert "trv3324_state" in asked[0.0].hits, explained[0.0]
+
+
 # A bug whose postmortem subtask measured the outage, beside the bug's own status
 # lines, which read closer to a question about the outage than the measurement does.
 DURATION = {

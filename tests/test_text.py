@@ -85,6 +85,12 @@ def test_numbers_ids_short_stems_and_cjk_terms_stand_alone(term: str) -> None:
         assert forms == {term}
 
 
+def test_a_pair_holding_de_is_a_particle_pair() -> None:
+    assert [t for t in text.terms("曹华的杭州之行") if text.is_particle_pair(t)] == ["华的", "的杭"]
+    assert text.is_particle_pair("的")
+    assert not any(text.is_particle_pair(t) for t in ("杭州", "之行", "de", "TKT-1", ""))
+
+
 def test_is_cjk_tells_chinese_terms_from_latin_ones() -> None:
     assert text.is_cjk("领事") and text.is_cjk("馆")
     assert not text.is_cjk("offer") and not text.is_cjk("4009") and not text.is_cjk("")
