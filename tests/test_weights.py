@@ -489,7 +489,10 @@ def test_answers_do_not_drift_with_what_earlier_questions_returned(
     assert {n.id for n in mem.nodes() if n.access_count}, "the reads were counted"
     after = answers()
     assert [[i for i, _ in a] for a in after] == [[i for i, _ in b] for b in before]
-    assert [[s for _, s in a] for a in after] == [pytest.approx([s for _, s in b], abs=1e-9) for b in before]
+    # To 1e-6: one clean-clone run on PostgreSQL saw a score move by 6e-9 between the
+    # rounds (float32 noise somewhere on the way, not a read); a read counted in
+    # ranking moves a score by 0.01 or more.
+    assert [[s for _, s in a] for a in after] == [pytest.approx([s for _, s in b], abs=1e-6) for b in before]
 def test_reads_are_flushed_with_the_next_write(open_memory: Callable[..., MemoryTree]) -> None:
     mem = open_memory()
     hotel = mem.add("The hotel near Alfama is booked from May 3 to May 7", type="fact")
