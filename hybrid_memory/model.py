@@ -67,8 +67,9 @@ class Node:
 
     @property
     def touched_at(self) -> float:
-        """The last time the node was written, read, or had activity below it: where its
-        recency counts from when ``weights.reads_refresh`` is on."""
+        """The last time the node was written, read, or had activity below it: where the
+        recency of its weight counts from (``MemoryTree.weight``, forgetting; ranking
+        too with ``retrieval.rank_reads`` on)."""
         return max(self.written_at, self.accessed_at)
 
     @property

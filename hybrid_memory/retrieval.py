@@ -849,7 +849,7 @@ def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence
 
 def _rarity(idf: Mapping[str, float], power: float, particle: float = 1.0) -> dict[str, float] | None:
     """The in-family factor of each query word (``retrieval.family_rarity``): its idf
-    in the whole memory to ``power``; None when ``power`` is 0 and ``particle`` 1. A
+    in the whole memory to ``power``; None when no word gets a factor. A
     CJK term is a character pair, often one across a word boundary ("高艳的" gives
     "艳的"): its rarity in the memory is the pair's, not a word's, so it is left out
     (factor 1), except a pair holding the particle 的 (``retrieval.family_particle``):
@@ -858,7 +858,7 @@ def _rarity(idf: Mapping[str, float], power: float, particle: float = 1.0) -> di
     out = {t: v**power for t, v in idf.items() if not text.is_cjk(t)} if power else {}
     if particle != 1.0:
         out.update((t, particle) for t in idf if text.is_particle_pair(t))
-    return out if power or out else None
+    return out or None
 
 
 def _branch_score(sims: Sequence[float]) -> float:
