@@ -10,6 +10,8 @@ hold, those words' rarity in the memory). The exception is a question asking how
 or how many, which the located family's other memories can move to another branch
 of the family (``retrieval._answer_branch``); the recording keeps where it moved
 from and to, and ``score`` moves it again when stage 1 locates the same branch.
+So is a question asking where a task stands, moved to the one branch of the family
+that records a state (``retrieval.status_state``).
 ``record`` runs the harness's hybrid
 system over a trace (no forgetting run, no control run) and keeps, for every
 question, those inputs as they were at the moment it was asked, with the trace ids
@@ -106,14 +108,15 @@ def _recording(sink: list[dict[str, Any]]) -> Iterator[None]:
             state["recorded"] = sink[-1]
         return out
 
-    def _answer_branch(holds: Callable[[str], bool], located: str, root: str, nodes: Sequence[Any]) -> str | None:
+    def _answer_branch(holds: Callable[[Any], bool], located: str, root: str, nodes: Sequence[Any]) -> str | None:
         moved = answer(holds, located, root, nodes)
         rec = state.get("recorded")
         if rec is not None and moved is not None:
             to_trace = state["replayer"].from_sys
             trace = sorted(to_trace.get(moved, ()))
             rec["answer_branch"] = {"from": located, "to": moved,
-                                    "path": next(n.path for n in nodes if n.branch_id == moved)}
+                                    "path": next(n.path for n in nodes if n.branch_id == moved),
+                                    "by": "status_state" if holds is retrieval._is_state else "answer_type"}
             rec["branches"][moved] = trace
             rec["located"] = trace
         return moved
@@ -161,7 +164,7 @@ def rescore(rec: Mapping[str, Any], r: RetrievalConfig) -> list[tuple[float, str
     # The family's answer check read the family's other memories, which the recording
     # does not hold: what it did is replayed when stage 1 locates the branch it moved from.
     moved = rec.get("answer_branch")
-    if r.answer_type and moved and out and out[0][1] == moved["from"]:
+    if moved and getattr(r, moved.get("by", "answer_type")) and out and out[0][1] == moved["from"]:
         n = next((n for _, b, n in out if b == moved["to"]), 0)
         out = [(out[0][0], moved["to"], n), *(o for o in out if o[1] != moved["to"])]
     return out
@@ -249,8 +252,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.locate_r
             with args.out.open("w", encoding="utf-8") as fh:
                 for r in records:
                     fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-            acc = results["systems"]["hybrid"]["branch_acc@1"]
-            print(f"{source}: {len(records)} questions recorded to {args.out}; the run's branch_acc@1 {acc:.3f}")
+            run = results["systems"]["hybrid"]
+            print(f"{source}: {len(records)} questions recorded to {args.out}; the run's branch_acc@1 "
+                  f"{run['branch_acc@1']:.3f}, recall_all@10 {run['recall_all@10']:.3f}, ndcg@10 {run['ndcg@10']:.3f}, "
+                  f"tokens {run['tokens_mean']:.0f}")
             return 0
         for path in args.records:
             out = score(read_records(path), config)

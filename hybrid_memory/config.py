@@ -88,6 +88,7 @@ class RetrievalConfig:
     family_title: float
     family_particle: float
     answer_type: bool
+    status_state: bool
     family_open: int
     unnamed: float
     named_df: int

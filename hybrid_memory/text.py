@@ -220,18 +220,72 @@ def count_measures(question: str) -> str:
     return "" if not named or "个" in named else "".join(sorted(named))
 
 
+# A question asking where something is, was or will be ("where will the onsite take
+# place?", "where was the team able to reproduce it?", 在哪里面试, 住哪儿) is answered by
+# a memory that names a place: a numbered room, floor or gate ("room 8.03"), a proper
+# name after in / at / on ("on Android 14", "at the Hilton", "in Dublin"; not a month,
+# a weekday or an identifier such as TKT-7525); in Chinese a numbered place (8.03 会议室,
+# 展位号是 4.21), a place word after a verb that books or moves something there
+# (订了深圳的希尔顿酒店; not 酒店还没订, which names no place), or 在 ... 上/里
+# ("在 ARM 构建机上"; not 现在 or 正在, which are times). Not a question asking where
+# a task stands (status_question).
+_PLACE_QUESTION = (
+    re.compile(r"\bwhere\b", re.IGNORECASE),
+    re.compile(r"在哪(?![个一些位种天年月次件版])|哪里|哪儿|什么地方|何处|什么地点|哪个(?:城市|地方|房间|会议室)"),
+)
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_PLACE_EN = (
+    re.compile(r"\b(?:room|rooms|floor|building|gate|terminal|suite|hall|booth|stand|seat|desk|bay|dock|platform)"
+               r"\s+[A-Z]?\d", re.IGNORECASE),
+    re.compile(r"\b(?:in|at|on|inside|near)\s+(?:the\s+)?([A-Z][\w&'.]*(?:-[\w]+)?)"),
+)
+_ZH_STOP = r"[^，。；,;：:？?！!]"
+_ZH_PLACES = "酒店|宾馆|饭店|会议室|办公室|机场|车站|航站楼|大厦|大楼|园区|仓库|机房|门店|展馆|会场|礼堂"
+_PLACE_ZH = (
+    # a numbered place: 8.03 会议室, 3 号楼, 展位号是 4.21, 登机口 12
+    re.compile(r"\d+(?:\.\d+)?\s*(?:号楼|楼|层|室|会议室|展位|展台|登机口)"
+               r"|(?:展位|展台|摊位|座位|房间|登机口|工位|会议室)号?\s*(?:是|为|在)?\s*[A-Za-z]?\d"),
+    # a place word where something is booked, held or moved to: 订了深圳的希尔顿酒店
+    re.compile(rf"(?:订了|订好|住在|住进|定在|改到|搬到|到|去){_ZH_STOP}{{0,12}}?(?:{_ZH_PLACES})"),
+    # 在 ... 上 / 里: 在 ARM 构建机上 (not 现在, 正在, 还在 ...: a time, not a place)
+    re.compile(rf"(?<![现正还实存所])在{_ZH_STOP}{{1,16}}?[上里]"),
+)
+
+
+def place_question(text: str) -> bool:
+    """Whether ``text`` asks where something is, was or will be (English or Chinese),
+    and not where a task stands."""
+    return any(p.search(text) for p in _PLACE_QUESTION) and not status_question(text)
+
+
+def holds_place(text: str) -> bool:
+    """Whether ``text`` names a place (see :func:`place_question`)."""
+    if _PLACE_EN[0].search(text) or any(p.search(text) for p in _PLACE_ZH):
+        return True
+    for m in _PLACE_EN[1].finditer(text):
+        word = m.group(1)
+        if word.lower().rstrip(".") in _MONTHS or word.lower() in _WEEKDAYS:
+            continue
+        if re.fullmatch(r"[A-Z]+-\d+", word):  # an identifier (TKT-7525), not a place
+            continue
+        return True
+    return False
+
+
 #: The query word a memory holds when it states the kind of answer a question asks
 #: for (retrieval.answer_type): a length of time for "how long", a count for "how
 #: many". No text has these: :func:`terms` never yields a control character.
-ANSWER_TERMS = {"duration": "\x00duration", "count": "\x00count"}
+ANSWER_TERMS = {"duration": "\x00duration", "count": "\x00count", "place": "\x00place"}
 
 
 def answer_kind(question: str) -> str | None:
-    """The kind of answer ``question`` asks for ("duration", "count"), or None."""
+    """The kind of answer ``question`` asks for ("duration", "count", "place"), or None."""
     if duration_question(question):
         return "duration"
     if count_question(question):
         return "count"
+    if place_question(question):
+        return "place"
     return None
 
 
@@ -243,12 +297,35 @@ def answer_test(kind: str, question: str = "") -> Callable[[str], bool]:
         return holds_duration
     if kind == "count":
         return functools.partial(holds_count, measures=count_measures(question))
+    if kind == "place":
+        return holds_place
     raise ValueError(f"unknown answer kind {kind!r}")
 
 
 def holds_answer(kind: str, content: str, question: str = "") -> bool:
     """Whether ``content`` states an answer of ``kind`` to ``question`` (:func:`answer_test`)."""
     return answer_test(kind, question)(content)
+
+
+# A question asking where a task stands ("where does TKT-1049 stand?", "what is
+# still open on TRV-2091?", 报销单现在走到哪一步了) is answered by the task's state
+# memories (NodeType.STATE), whatever words they share with it.
+_STATUS = (
+    re.compile(
+        r"\bwhere (?:do|does|did|is|are|will)\b[^?]{0,80}?\bstand\b|\bstatus\b|\bstill (?:open|pending)\b"
+        r"|\bhow far along\b|\bprogress\b|\bthe latest (?:on|with)\b|\bwaiting (?:on|for)\s*\?"
+        r"|\b(?:is|has)\b[^?]{0,60}?\b(?:resolved|finished|completed|closed|settled|approved|gone through)\b"
+        r"|\bhow (?:is|are)\b[^?]{0,60}?\b(?:going|coming along|progressing)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"状态|进展|进度|哪一[步轮关]|到哪儿?了|哪个环节|什么阶段|卡在|怎么样了|还有什么没|还在等"
+               r"|(?:解决|完成|办好|办完|结束|下来)了吗"),
+)
+
+
+def status_question(text: str) -> bool:
+    """Whether ``text`` asks where a task stands (English or Chinese)."""
+    return any(p.search(text) for p in _STATUS)
 
 
 # A question about how things stand now, after a change: its answer is the newest

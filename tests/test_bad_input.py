@@ -666,6 +666,7 @@ BAD_CONFIG = [
     pytest.param({"retrieval": {"family_particle": 1.5}}, id="family-particle-above-one"),
     pytest.param({"retrieval": {"family_particle": -0.1}}, id="family-particle-negative"),
     pytest.param({"retrieval": {"answer_type": "yes"}}, id="answer-type-not-bool"),
+    pytest.param({"retrieval": {"status_state": 1}}, id="status-state-not-bool"),
     pytest.param({"retrieval": {"named_outside": 1.5}}, id="named-outside-above-one"),
     pytest.param({"retrieval": {"named_outside": -0.1}}, id="named-outside-negative"),
     pytest.param({"weights": {"half_life_s": 0}}, id="half-life-zero"),

@@ -132,3 +132,19 @@ def test_a_recorded_move_to_the_answering_branch_is_replayed() -> None:
     assert locate_replay.miss_kind(rec, "r") == "parent located, gold in a subtask"
     assert locate_replay.score([rec], on)["branch_acc@1"] == 1.0
     assert locate_replay.score([rec], off)["branch_acc@1"] == 0.0
+
+
+def test_a_recorded_move_to_the_branch_recording_a_state_follows_its_own_setting() -> None:
+    """A move made for a question asking where a task stands (retrieval.status_state)
+    is replayed with that setting on, whatever retrieval.answer_type says, and not
+    with it off."""
+    rec = _record("r", "r/s")
+    rec["cands"]["a"]["dense"] = 0.9  # stage 1 locates r
+    rec["gold_branch"] = ["U"]
+    rec["branches"]["u"] = ["U"]
+    rec["answer_branch"] = {"from": "r", "to": "u", "path": "r/u/m/", "by": "status_state"}
+    plain = {"answer_type": False}
+    on = Config.load(overrides={"retrieval": {**plain, "status_state": True}})
+    off = Config.load(overrides={"retrieval": {"answer_type": True, "status_state": False}})
+    assert locate_replay.rescore(rec, on.retrieval)[0][1] == "u"
+    assert locate_replay.rescore(rec, off.retrieval)[0][1] == "r"

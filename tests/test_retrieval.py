@@ -1084,9 +1084,11 @@ def test_inside_a_family_a_pair_holding_de_does_not_decide_the_branch(open_memor
     """retrieval.family_particle: "曹华的杭州之行" gives the character pair "华的", which
     the subtask's one memory ("曹华的演讲稿...") holds and the trip's status lines do
     not. Counted in full (1), that pair locates the subtask; at the default (0) the
-    trip is located, its latest status among the hits."""
-    asked = {f: ask(open_memory(namespace=f"particle{int(f)}", retrieval={"family_particle": f}, **NO_FLUSH),
-                    clock, PARTICLE, PARTICLE_QUERY) for f in (1.0, 0.0)}
+    trip is located, its latest status among the hits. (The question asks how the trip
+    stands, which retrieval.status_state would also move to the trip: it is held off
+    here, so that stage 1 alone decides.)"""
+    asked = {f: ask(open_memory(namespace=f"particle{int(f)}", retrieval={"family_particle": f, "status_state": False},
+                                **NO_FLUSH), clock, PARTICLE, PARTICLE_QUERY) for f in (1.0, 0.0)}
     explained = {f: a.explained for f, a in asked.items()}
     assert {f: a.located for f, a in asked.items()} == {1.0: "papers", 0.0: "trv3324"}, explained
     assert "trv3324_state" in asked[0.0].hits, explained[0.0]
@@ -1162,23 +1164,66 @@ COUNT = {
                                       (6120, "设计部", "显示器", 40)]],
     ],
 }
+# A ticket whose status line says it was reproduced, and a subtask whose one memory
+# says where; in Chinese, a hire whose interview subtask booked the room, beside the
+# hire's own lines about the interview.
+PLACE = {
+    "en": [
+        ("tkt7525", "Support ticket TKT-7525: Umbrella Foods reports two-factor login failing", [
+            ("tkt7525_new", "state", "Ticket TKT-7525: new, triaging the report"),
+            ("tkt7525_owner", "fact", "Ticket TKT-7525 is assigned to Yuki Novak"),
+            ("tkt7525_repro", "state", "Ticket TKT-7525: reproduced and handed to engineering"),
+            ("repro", "task", "Reproduce the two-factor login failure from TKT-7525"),
+            ("repro_where", "event", "Reproduced TKT-7525 on Android 14 with a test account; it fails at the third step",
+             "repro"),
+        ]),
+        *[(f"tkt{n}", f"Support ticket TKT-{n}: {who} reports {what}", [
+            (f"tkt{n}_repro", "state", f"Ticket TKT-{n}: reproduced and handed to engineering"),
+            (f"tkt{n}_owner", "fact", f"Ticket TKT-{n} is assigned to {owner}"),
+        ]) for n, who, what, owner in [(1976, "Initech", "exports timing out", "Mei Clark"),
+                                       (4535, "Globex", "invoices showing the wrong tax", "Omar Haddad"),
+                                       (5485, "Hooli", "search returning stale results", "Ana Lopez"),
+                                       (7143, "Stark Retail", "emails sent twice", "Raj Patel"),
+                                       (9655, "Wayne Foods", "the app crashing on start", "Lena Fischer")]],
+    ],
+    "zh": [
+        ("req1475", "招聘高级后端工程师（REQ-1475），用人经理宋超", [
+            ("req1475_posted", "state", "REQ-1475：职位已发布，正在筛简历"),
+            ("req1475_loop", "state", "REQ-1475：郑伟进入面试环节"),
+            ("req1475_onsite", "fact", "郑伟的 REQ-1475 现场面试定在 4 月 12 日 20:05"),
+            ("loop", "task", "为郑伟安排 REQ-1475 的面试"),
+            ("loop_room", "event", "已为郑伟的现场面试订好 8.03 会议室，访客证已申请", "loop"),
+        ]),
+        *[(f"req{n}", f"招聘{role}（REQ-{n}），用人经理{manager}", [
+            (f"req{n}_posted", "state", f"REQ-{n}：职位已发布，正在筛简历"),
+            (f"req{n}_onsite", "fact", f"{who}的 REQ-{n} 现场面试定在 5 月 {n % 28 + 1} 日 10:00"),
+        ]) for n, role, manager, who in [(2296, "数据分析师", "王芳", "李娜"), (3998, "测试工程师", "张伟", "刘洋"),
+                                         (4200, "产品设计师", "陈静", "赵磊"), (6819, "运维工程师", "孙丽", "周杰"),
+                                         (7523, "财务主管", "吴敏", "郑强")]],
+    ],
+}
 ANSWER_TYPE_CASES = {
     ("duration", "en"): (DURATION["en"], "How long did the outage from the BUG-4281 issue last?", "pm", "pm_length"),
     ("duration", "zh"): (DURATION["zh"], "缺陷 BUG-3247 造成的故障持续了多久？", "pm", "pm_length"),
     ("count", "en"): (COUNT["en"], "How many test cases guard against the payments-gateway bug BUG-8981 coming back?",
                       "tests", "tests_count"),
     ("count", "zh"): (COUNT["zh"], "采购单 PO-4196 到了几箱？", "check", "check_count"),
+    ("place", "en"): (PLACE["en"], "Where was the team able to reproduce ticket TKT-7525?", "repro", "repro_where"),
+    ("place", "zh"): (PLACE["zh"], "郑伟在哪里面试 REQ-1475 的岗位？", "loop", "loop_room"),
 }
 
 
 @pytest.mark.parametrize(("kind", "lang"), list(ANSWER_TYPE_CASES))
-def test_a_question_asking_how_long_or_how_many_locates_the_memory_that_says(open_memory, clock, kind, lang):
+def test_a_question_asking_how_long_how_many_or_where_locates_the_memory_that_says(open_memory, clock, kind, lang):
     """retrieval.answer_type: "how long did the outage last?" shares only the bug's id
     with the postmortem's "84 minutes of degraded checkout", and the bug's own status
     lines read closer to it; "到了几箱？" (how many boxes came?) shares only the order
-    with the check-in's "共 4 箱". Off, the parent task's branch is located; on, the
-    subtask whose memory states a duration (a count of boxes), with that memory among
-    the hits."""
+    with the check-in's "共 4 箱"; "where was the team able to reproduce it?" reads
+    closer to the ticket's "reproduced and handed to engineering" than to the
+    subtask's "on Android 14", and 在哪里面试 (where is the interview) closer to the
+    hire's interview date than to the booked 会议室. Off, the parent task's branch is
+    located; on, the subtask whose memory states a duration (a count of boxes, a
+    place), with that memory among the hits."""
     corpus, query, subtask, answer = ANSWER_TYPE_CASES[(kind, lang)]
     assert text.answer_kind(query) == kind
     asked = {on: ask(open_memory(namespace=f"{kind}{lang}{int(on)}", retrieval={"answer_type": on}, **NO_FLUSH),
@@ -1187,6 +1232,71 @@ def test_a_question_asking_how_long_or_how_many_locates_the_memory_that_says(ope
     assert {on: a.located for on, a in asked.items()} == {False: corpus[0][0], True: subtask}, explained
     assert answer in asked[True].hits, explained[True]
 
+
+# A trip whose state lines are on the trip, and a visa subtask whose one memory
+# shares the question's "still" ("still lacks bank statements"), beside other
+# trips with their own states; in Chinese, a claim whose receipts subtask says
+# that step is stuck (卡着, as the question's 卡在), beside other claims.
+STATUS = {
+    "en": [
+        ("trv2091", "Business trip TRV-2091: Wei Smith to Sydney for Web Summit on May 27", [
+            ("trv2091_received", "state", "Trip TRV-2091: request received, dates confirmed with Wei Smith"),
+            ("trv2091_badges", "fact", "Badges for Web Summit must be collected at the venue before April 28"),
+            ("trv2091_upgrade", "event", "The airline offered Wei Smith a paid seat upgrade on the TRV-2091 outbound leg"),
+            ("trv2091_hold", "state", "Trip TRV-2091: flights on hold, hotel not booked yet"),
+            ("visa", "task", "Prepare the visa paperwork for TRV-2091"),
+            ("visa_letter", "event", "HR issued the invitation letter for Wei Smith's visa", "visa"),
+            ("visa_open", "fact", "The visa file for TRV-2091 still lacks bank statements for the last 9 months", "visa"),
+        ]),
+        *[(f"trv{n}", f"Business trip TRV-{n}: {who} to {city} for {event}", [
+            (f"trv{n}_received", "state", f"Trip TRV-{n}: request received, dates confirmed with {who}"),
+            (f"trv{n}_booked", "state", f"Trip TRV-{n}: everything booked, waiting for the travel-policy check"),
+            (f"trv{n}_fares", "event", f"Checked fares for TRV-{n}: nothing cheaper"),
+        ]) for n, who, city, event in [(3057, "Kenji Murphy", "Berlin", "a customer workshop"),
+                                       (4410, "Ana Lopez", "Toronto", "the partner summit"),
+                                       (5128, "Omar Haddad", "Singapore", "a trade fair"),
+                                       (6263, "Lena Fischer", "Austin", "the sales kickoff"),
+                                       (7395, "Raj Patel", "Dublin", "a board meeting")]],
+    ],
+    "zh": [
+        ("exp4565", "报销单 EXP-4565：陶静去柏林出差的住宿费", [
+            ("exp4565_draft", "state", "报销单 EXP-4565：草稿已建，还在收集票据"),
+            ("exp4565_cap", "fact", "EXP-4565 的住宿报销上限是每天 750 元"),
+            ("exp4565_returned", "event", "财务退回了 EXP-4565：发票照片看不清"),
+            ("exp4565_submitted", "state", "报销单 EXP-4565：已提交，等待王明审批"),
+            ("receipts", "task", "补齐 EXP-4565 缺的票据"),
+            ("receipts_open", "fact", "EXP-4565 的票据环节还卡着：差 3 张发票没交，都是 4 月 21 日的", "receipts"),
+        ]),
+        *[(f"exp{n}", f"报销单 EXP-{n}：{who}去{city}出差的{what}", [
+            (f"exp{n}_draft", "state", f"报销单 EXP-{n}：草稿已建，还在收集票据"),
+            (f"exp{n}_approved", "state", f"报销单 EXP-{n}：{who}的主管已批准，转财务复核"),
+            (f"exp{n}_cap", "fact", f"EXP-{n} 的{what}报销上限是每天 {cap} 元"),
+        ]) for n, who, city, what, cap in [(3790, "李娜", "上海", "交通费", 300), (5844, "张伟", "成都", "餐费", 200),
+                                           (6451, "刘洋", "深圳", "住宿费", 600), (7111, "陈静", "杭州", "会议费", 900),
+                                           (8221, "赵磊", "西安", "交通费", 350)]],
+    ],
+}
+STATUS_QUERY = {"en": "What is still open on trip TRV-2091?", "zh": "报销单 EXP-4565 现在还卡在哪个环节？"}
+STATUS_ANSWER = {"en": ("trv2091", "trv2091_hold"), "zh": ("exp4565", "exp4565_submitted")}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_question_asking_where_a_task_stands_locates_the_branch_that_records_its_state(open_memory, clock, lang):
+    """retrieval.status_state: "what is still open on TRV-2091?" shares "still" with the
+    visa subtask's "still lacks bank statements", and reads closer to it than to the
+    trip's own state lines; 还卡在哪个环节 (where is it stuck) reads closer to the
+    receipts subtask's 票据环节还卡着 (the receipts step is stuck). Off, the subtask is located; on, the task whose
+    branch records the state, with its newest state among the hits."""
+    query = STATUS_QUERY[lang]
+    assert text.status_question(query)
+    corpus = STATUS[lang]
+    asked = {on: ask(open_memory(namespace=f"status{lang}{int(on)}", retrieval={"status_state": on}, **NO_FLUSH),
+                     clock, corpus, query) for on in (False, True)}
+    explained = {on: a.explained for on, a in asked.items()}
+    task, state = STATUS_ANSWER[lang]
+    subtask = {"en": "visa", "zh": "receipts"}[lang]
+    assert {on: a.located for on, a in asked.items()} == {False: subtask, True: task}, explained
+    assert state in asked[True].hits, explained[True]
 
 SUPPLIERS = ["OfficeMax Pro", "Dell Direct", "Bechtle", "Grainger", "CDW"]
 NAMED_OUTSIDE = [

@@ -124,6 +124,82 @@ def test_questions_not_about_now(question: str) -> None:
     assert not text.latest_question(question)
 
 
+@pytest.mark.parametrize(("content", "place"), [
+    ("Reproduced TKT-7525 on Android 14 with a test account; it fails at the third step", True),
+    ("Booked room 8.03 for Steven Patel's onsite; visitor badge requested", True),
+    ("Booked Wei Smith at the Hilton in Sydney for 3 nights", True),
+    ("The new test for BUG-1142 is flaky on ARM runners; marked it xfail there", True),
+    ("已为郑伟的现场面试订好 8.03 会议室，访客证已申请", True),
+    ("BUG-1142 的新用例在 ARM 构建机上不稳定，先在那边标成 xfail", True),
+    ("给王明订了深圳的希尔顿酒店，住 3 晚", True),
+    ("Ticket TKT-7525: reproduced and handed to engineering", False),
+    ("Onsite interview with Steven Patel for REQ-7293 on April 12 at 20:05", False),
+    ("Synced with Elena Wilson on REQ-7293 at 17:45", False),
+    ("Linked TKT-7525 to the known issue TKT-5096", False),
+    ("I went to a support group on Monday", False),
+    ("TRV-5803 的展位号是 4.21，3月13日布展", True),
+    ("世界人工智能大会的参会证要在3月13日前到会场领取", True),
+    ("报销单 EXP-4565：已提交，等待王明审批", False),
+    ("出差 TRV-5803：机票已预留，酒店还没订", False),
+    ("许军希望酒店离会场走路就能到", False),
+    ("缺陷 BUG-3247：现在还在排查中，正在复现里", False),
+])
+def test_what_names_a_place(content: str, place: bool) -> None:
+    assert text.holds_place(content) is place
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("Where will Steven Patel's onsite take place?", "place"),
+    ("Where did Caroline move from?", "place"),
+    ("郑伟在哪里面试？", "place"),
+    ("王明这趟出差住哪儿？", "place"),
+    ("Where does claim EXP-4565 stand now?", None),
+    ("报销单 EXP-4565 现在走到哪一步了？", None),
+])
+def test_a_question_asking_where_asks_for_a_place_unless_it_asks_how_a_task_stands(question: str,
+                                                                                  kind: str | None) -> None:
+    assert text.answer_kind(question) == kind
+
+
+@pytest.mark.parametrize("question", [
+    "Where does claim EXP-4565 stand now?",
+    "Where do the arrangements for trip TRV-2091 stand?",
+    "What is still open on trip TRV-2091?",
+    "What is the status of the checkout bug BUG-4857?",
+    "How far along is requisition REQ-7293?",
+    "What's the latest on ticket TKT-1420?",
+    "Is TKT-1420 resolved, and if not, what is it waiting for?",
+    "Has purchase order PO-2550 gone through yet?",
+    "报销单 EXP-4565 现在走到哪一步了？",
+    "工单 TKT-1420 目前什么状态？",
+    "采购单 PO-2550 还卡在哪个环节？",
+    "BUG-4857 现在处理到哪了？",
+    "TKT-1420 解决了吗？还在等什么？",
+    "出差单 TRV-9422 安排得怎么样了？",
+    "出差单 TRV-9422 还有什么没落实？",
+    "采购单 PO-2550 批下来了吗？",
+    "How is the migration going?",
+])
+def test_questions_asking_where_a_task_stands(question: str) -> None:
+    assert text.status_question(question)
+
+
+@pytest.mark.parametrize("question", [
+    "Where will Steven Patel's onsite take place?",
+    "Where is Wei Smith staying during the trip?",
+    "Who owns ticket TKT-1049 now?",
+    "Which standing desk did I order?",
+    "Where did Caroline move from?",
+    "这批货要送到哪里？",
+    "王明住在哪儿？",
+    "How is Caroline related to Mel?",
+    "这家酒店怎么样？",
+    "报销单 EXP-2545 为什么被退回？",
+])
+def test_questions_not_asking_where_a_task_stands(question: str) -> None:
+    assert not text.status_question(question)
+
+
 @pytest.mark.parametrize("question", [
     "How long did the outage from the BUG-4281 issue last?",
     "how long will the visa take?",
