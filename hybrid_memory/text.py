@@ -223,8 +223,8 @@ def count_measures(question: str) -> str:
 # A question asking where something is, was or will be ("where will the onsite take
 # place?", "where was the team able to reproduce it?", 在哪里面试, 住哪儿) is answered by
 # a memory that names a place: a numbered room, floor or gate ("room 8.03"), a proper
-# name after in / at / on ("on Android 14", "at the Hilton", "in Dublin"; not a month,
-# a weekday or an identifier such as TKT-7525); in Chinese a numbered place (8.03 会议室,
+# name after in / at / on ("on Android 14", "on iPadOS", "at the Hilton", "in Dublin";
+# not "on the Standard plan", not a month, a weekday or an identifier such as TKT-7525); in Chinese a numbered place (8.03 会议室,
 # 展位号是 4.21), a place word after a verb that books or moves something there
 # (订了深圳的希尔顿酒店; not 酒店还没订, which names no place), or 在 ... 上/里
 # ("在 ARM 构建机上"; not 现在 or 正在, which are times). Not a question asking where
@@ -237,7 +237,7 @@ _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday"
 _PLACE_EN = (
     re.compile(r"\b(?:room|rooms|floor|building|gate|terminal|suite|hall|booth|stand|seat|desk|bay|dock|platform)"
                r"\s+[A-Z]?\d", re.IGNORECASE),
-    re.compile(r"\b(?:in|at|on|inside|near)\s+(?:the\s+)?([A-Z][\w&'.]*(?:-[\w]+)?)"),
+    re.compile(r"\b(?:(?:in|at|inside|near)\s+(?:the\s+)?|on\s+)([A-Z][\w&'.]*(?:-[\w]+)?|[a-z]+[A-Z]\w*)"),
 )
 _ZH_STOP = r"[^，。；,;：:？?！!]"
 _ZH_PLACES = "酒店|宾馆|饭店|会议室|办公室|机场|车站|航站楼|大厦|大楼|园区|仓库|机房|门店|展馆|会场|礼堂"
@@ -312,13 +312,14 @@ def holds_answer(kind: str, content: str, question: str = "") -> bool:
 # memories (NodeType.STATE), whatever words they share with it.
 _STATUS = (
     re.compile(
-        r"\bwhere (?:do|does|did|is|are|will)\b[^?]{0,80}?\bstand\b|\bstatus\b|\bstill (?:open|pending)\b"
+        r"\bwhere (?:do|does|did|is|are|will)\b[^?]{0,80}?\bstand\b"
+        r"|\bstatus\b(?!\s+(?:codes?|pages?|bar|field|flags?|icons?|lights?|messages?)\b)|\bstill (?:open|pending)\b"
         r"|\bhow far along\b|\bprogress\b|\bthe latest (?:on|with)\b|\bwaiting (?:on|for)\s*\?"
         r"|\b(?:is|has)\b[^?]{0,60}?\b(?:resolved|finished|completed|closed|settled|approved|gone through)\b"
         r"|\bhow (?:is|are)\b[^?]{0,60}?\b(?:going|coming along|progressing)\b",
         re.IGNORECASE,
     ),
-    re.compile(r"状态|进展|进度|哪一[步轮关]|到哪儿?了|哪个环节|什么阶段|卡在|怎么样了|还有什么没|还在等"
+    re.compile(r"状态(?![码栏位灯])|进展|进度|哪一[步轮关]|到哪儿?了|哪个环节|什么阶段|卡在|怎么样了|还有什么没|还在等"
                r"|(?:解决|完成|办好|办完|结束|下来)了吗"),
 )
 

@@ -132,7 +132,9 @@ def test_questions_not_about_now(question: str) -> None:
     ("已为郑伟的现场面试订好 8.03 会议室，访客证已申请", True),
     ("BUG-1142 的新用例在 ARM 构建机上不稳定，先在那边标成 xfail", True),
     ("给王明订了深圳的希尔顿酒店，住 3 晚", True),
+    ("Reproduced TKT-6910 on iPadOS with a test account", True),
     ("Ticket TKT-7525: reproduced and handed to engineering", False),
+    ("Acme Health is on the Standard plan: first response due within 24 hours", False),
     ("Onsite interview with Steven Patel for REQ-7293 on April 12 at 20:05", False),
     ("Synced with Elena Wilson on REQ-7293 at 17:45", False),
     ("Linked TKT-7525 to the known issue TKT-5096", False),
@@ -193,6 +195,8 @@ def test_questions_asking_where_a_task_stands(question: str) -> None:
     "这批货要送到哪里？",
     "王明住在哪儿？",
     "How is Caroline related to Mel?",
+    "Which status code does the webhook endpoint return?",
+    "接口返回的状态码是多少？",
     "这家酒店怎么样？",
     "报销单 EXP-2545 为什么被退回？",
 ])
