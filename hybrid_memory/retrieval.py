@@ -131,16 +131,16 @@ class Retriever:
                               and any(c.isdigit() for c in t))
             postings = words.held(cand_rows)
             # A question asking how long (how many, where): a candidate stating a
-            # duration (a count, a place) holds one more of its words, which inside a family tells the
-            # subtask that measured it ("Postmortem: 84 minutes of degraded checkout")
-            # from the parent's lines. A task line does not count: it names the
-            # task ("... failing on iPadOS"), it does not answer for it.
+            # duration (a count, a place) holds one more of its words, which inside a
+            # family tells the subtask that measured it ("Postmortem: 84 minutes of
+            # degraded checkout") from the parent's lines (a task line states none:
+            # _states_answer).
             kind = text.answer_kind(query) if r.answer_type else None
-            holds: Callable[[str], bool] | None = None
+            answers: Callable[[Any], bool] | None = None
             if kind is not None:
-                holds = text.answer_test(kind, query)
+                answers = _states_answer(text.answer_test(kind, query))
                 postings = [*postings, *((text.ANSWER_TERMS[kind], i, 1) for i, row in cand_rows.items()
-                                         if row.type != NodeType.TASK.value and holds(row.content))]
+                                         if answers(row))]
             scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
@@ -174,13 +174,9 @@ class Retriever:
             # state, while one other branch of its family does: the state is the
             # answer ("What is still open on TRV-2091?" located the visa subtask on
             # "still lacks bank statements"; the trip's state is in its parent).
-            answer_test: Callable[[Node], bool] | None = None
-            if holds is not None:
-                answer_test = _on_content(holds)
-            elif r.status_state and text.status_question(query):
-                answer_test = _is_state
-            moved = _answer_branch(answer_test, chosen[0][1], located_root, branch_nodes) \
-                if answer_test is not None else None
+            if answers is None and r.status_state and text.status_question(query):
+                answers = _is_state
+            moved = _answer_branch(answers, chosen[0][1], located_root, branch_nodes) if answers is not None else None
             if moved is not None:
                 chosen = [(best, moved, next((n for _, b, n in scored_branches if b == moved), 0)),
                           *(c for c in chosen if c[1] != moved)]
@@ -753,23 +749,27 @@ def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node],
             lifted.add(n.id)
 
 
-def _is_state(node: Node) -> bool:
-    return node.type is NodeType.STATE
+def _is_state(node: Any) -> bool:
+    """Whether a node (or a stored row) is a state memory: the answer to a question
+    asking where a task stands."""
+    return bool(node.type == NodeType.STATE)
 
 
-def _on_content(holds: Callable[[str], bool]) -> Callable[[Node], bool]:
-    return lambda node: holds(node.content)
+def _states_answer(holds: Callable[[str], bool]) -> Callable[[Any], bool]:
+    """Whether a node (or a stored row) states an answer by ``holds``
+    (``text.answer_test`` of the question) on its content. A task line does not: it
+    names the task ("... failing on iPadOS"), it does not answer for it."""
+    return lambda node: node.type != NodeType.TASK and holds(node.content)
 
 
 def _answer_branch(holds: Callable[[Node], bool], located: str, root: str, nodes: Sequence[Node]) -> str | None:
     """The branch of the family under ``root`` that answers a question asking for a
-    kind of answer (``holds``: whether a memory gives one, ``text.answer_test`` of
-    the question on its content, or a state memory for a question asking where a
-    task stands) when ``located`` does not: the one branch among ``nodes`` whose
-    memories (not its task line) give such an answer, none of them in ``located``.
-    None when ``located`` gives one, or when no other branch or more than one does."""
-    holders = {n.branch_id for n in nodes if n.type is not NodeType.TASK and root_of(n.path) == root
-               and holds(n)}
+    kind of answer (``holds``: whether a memory gives one, :func:`_states_answer` or
+    :func:`_is_state`, neither of which a task line passes) when ``located`` does
+    not: the one branch among ``nodes`` whose memories give such an answer, none of
+    them in ``located``. None when ``located`` gives one, or when no other branch or
+    more than one does."""
+    holders = {n.branch_id for n in nodes if root_of(n.path) == root and holds(n)}
     if located in holders or len(holders) != 1:
         return None
     return holders.pop()

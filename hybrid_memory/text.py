@@ -239,6 +239,7 @@ _PLACE_EN = (
                r"\s+[A-Z]?\d", re.IGNORECASE),
     re.compile(r"\b(?:(?:in|at|inside|near)\s+(?:the\s+)?|on\s+)([A-Z][\w&'.]*(?:-[\w]+)?|[a-z]+[A-Z]\w*)"),
 )
+_IDENTIFIER = re.compile(r"[A-Z]+-\d+")
 _ZH_STOP = r"[^，。；,;：:？?！!]"
 _ZH_PLACES = "酒店|宾馆|饭店|会议室|办公室|机场|车站|航站楼|大厦|大楼|园区|仓库|机房|门店|展馆|会场|礼堂"
 _PLACE_ZH = (
@@ -266,7 +267,7 @@ def holds_place(text: str) -> bool:
         word = m.group(1)
         if word.lower().rstrip(".") in _MONTHS or word.lower() in _WEEKDAYS:
             continue
-        if re.fullmatch(r"[A-Z]+-\d+", word):  # an identifier (TKT-7525), not a place
+        if _IDENTIFIER.fullmatch(word):  # an identifier (TKT-7525), not a place
             continue
         return True
     return False
