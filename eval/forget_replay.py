@@ -9,8 +9,8 @@ memory is written, every question asked. Which gold memories it loses depends on
 which leaves forgetting picks, so this module re-runs just that choice. It reads the
 run's operation log (every add, merge, supersession, read, feedback and focus the
 real run made, with their times) and replays it into plain arrays, applying the
-policy under test after every add as the run did (down to the cap, and every leaf
-under the threshold), restoring what the run's agent went back to (a focus, a
+policy under test at each of the run's forget passes, at its time (down to the cap,
+and every leaf under the threshold), restoring what the run's agent went back to (a focus, a
 feedback, a new child). A question's gold memories archived when it is asked are
 counted as wrongly forgotten, as the harness counts them.
 
@@ -24,6 +24,7 @@ instead of minutes, for choosing settings before a real run.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import sqlite3
@@ -35,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_memory.config import Config, WeightConfig
+from hybrid_memory.config import Config, ForgettingConfig, WeightConfig
+from hybrid_memory.forgetting import heading_factors
 
 from .trace import read_trace
 
@@ -59,21 +61,32 @@ class Columns:
         #: A state that a later state of its branch supersedes.
         self.superseded_state = np.zeros(size, dtype=bool)
         self.ids: list[str] = [""] * size
+        #: Each node's type (a NodeType value), for policies that weigh by kind.
+        self.kind = np.full(size, "", dtype=object)
+        #: Whether a child was ever written under the node.
+        self.had_child = np.zeros(size, dtype=bool)
 
 
-def library_policy(weights: WeightConfig, superseded: float) -> Policy:
-    """The library's forgetting weight (hybrid_memory.weights.weight_array, with
-    superseded states weighed at ``superseded``) over the replayed columns."""
-    total = weights.importance + weights.recency + weights.confidence + weights.usage
+def library_policy(weights: WeightConfig, forgetting: ForgettingConfig) -> Policy:
+    """The library's forgetting weight over the replayed columns: ``weights`` with
+    ``forgetting``'s recency and half-life (hybrid_memory.forgetting.forgetting_weights),
+    superseded states at ``forgetting.superseded``, and the heading factors
+    (hybrid_memory.forgetting.heading_factors)."""
+    total = weights.importance + forgetting.recency + weights.confidence + weights.usage
 
     def weigh(c: Columns, rows: np.ndarray[Any, Any], now: float) -> np.ndarray[Any, Any]:
         age = np.maximum(0.0, now - c.touched[rows])
-        rec = np.exp(-_LN2 * (age / weights.half_life_s))
+        rec = np.exp(-_LN2 * (age / forgetting.half_life_s))
         use = 1.0 - np.exp(-np.maximum(0.0, c.accessed[rows]) / weights.usage_scale)
-        w = (weights.importance * c.importance[rows] + weights.recency * rec
+        w = (weights.importance * c.importance[rows] + forgetting.recency * rec
              + weights.confidence * c.confidence[rows] + weights.usage * use) / total
         w = np.clip(w, 0.0, 1.0)
-        out: np.ndarray[Any, Any] = np.where(c.superseded_state[rows], w * superseded, w)
+        w = np.where(c.superseded_state[rows], w * forgetting.superseded, w)
+        task = c.kind == "task"
+        empty = task & ((c.children > 0) | c.had_child)
+        out: np.ndarray[Any, Any] = w * heading_factors(rows, c.parent, c.children, empty, task,
+                                                         empty_task=forgetting.empty_task,
+                                                         last_in_task=forgetting.last_in_task)
         return out
 
     return weigh
@@ -156,26 +169,38 @@ def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, 
 
     def forget(now: float) -> None:
         # The run calls forget() only when an add takes the tree past the cap; the
-        # threshold then applies too.
+        # threshold then applies too. As forgetting.plan_forget: every weight is taken
+        # at the start of the pass, leaves go lowest weight first (ties by id), and a
+        # parent joins them once its last child is gone.
         live = int(c.live[:n].sum())
         if live <= cap:
             return
-        leaves = c.live[:n] & (c.children[:n] == 0)
+        open_ = c.live[:n].copy()
         if focus >= 0:
-            leaves[path(focus)] = False
-        rows = np.flatnonzero(leaves)
+            open_[path(focus)] = False
+        rows = np.flatnonzero(open_)
         if not len(rows):
             return
-        w = policy(c, rows, now)
-        under = int((w < threshold).sum())
-        # Lowest weight first, ties by id, as forgetting.plan_forget orders them; a
-        # parent freed on the way waits for the next pass (one add frees at most a few).
-        order = sorted(range(len(rows)), key=lambda k: (w[k], c.ids[rows[k]]))
-        for k in order[: max(live - cap, under)]:
-            i = int(rows[k])
+        weight_of = dict(zip(rows.tolist(), policy(c, rows, now).tolist(), strict=True))
+        leaves = sorted((weight_of[i], c.ids[i], i) for i in rows.tolist() if c.children[i] == 0)
+        freed: list[tuple[float, str, int]] = []
+        at = 0
+        while at < len(leaves) or freed:
+            take_freed = bool(freed) and (at == len(leaves) or freed[0] < leaves[at])
+            w, _, i = freed[0] if take_freed else leaves[at]
+            if w >= threshold and live <= cap:
+                break
+            if take_freed:
+                heapq.heappop(freed)
+            else:
+                at += 1
             c.live[i] = False
-            if c.parent[i] >= 0:
-                c.children[c.parent[i]] -= 1
+            live -= 1
+            parent = int(c.parent[i])
+            if parent >= 0:
+                c.children[parent] -= 1
+                if c.children[parent] == 0 and parent in weight_of:
+                    heapq.heappush(freed, (weight_of[parent], c.ids[parent], parent))
 
     for ts, op, node_id, p in log:
         ask_until(ts)
@@ -188,6 +213,7 @@ def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, 
             c.parent[i] = parent
             c.importance[i], c.confidence[i] = p["importance"], p["confidence"]
             c.touched[i] = p["created_at"]
+            c.kind[i] = p["type"]
             if p["type"] == "state":
                 if p["branch_id"] in latest_state:
                     c.superseded_state[latest_state[p["branch_id"]]] = True
@@ -197,10 +223,14 @@ def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, 
             c.live[i] = True
             if parent >= 0:
                 c.children[parent] += 1
+                c.had_child[parent] = True
                 for a in path(parent):
                     c.touched[a] = max(c.touched[a], ts)
             if p.get("focus"):
                 focus = i
+        elif op == "forget":
+            # The run's pass, at its time: the harness forgets after each batch of
+            # adds that takes the tree past the cap, and such a pass always archives.
             forget(ts)
         elif op in ("merge", "feedback") and node_id in row:
             i = row[node_id]
@@ -233,8 +263,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--namespace", default="default", help="the namespace to replay (default: default)")
     p.add_argument("--cap", type=int, help="live-node cap (default: the run's, half the trace's adds)")
     p.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration (weights, forgetting)")
-    p.add_argument("--recency", type=float, help="forgetting's recency share instead of [weights] recency")
-    p.add_argument("--half-life-days", type=float, help="forgetting's recency half-life, in days")
+    p.add_argument("--recency", type=float, help="forgetting's recency coefficient instead of [forgetting] recency")
+    p.add_argument("--half-life-days", type=float, help="forgetting's recency half-life in days, instead of [forgetting] half_life_s")
     return p
 
 
@@ -242,13 +272,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_r
     args = build_parser(prog).parse_args(argv)
     try:
         config = Config.load(args.config)
-        weights = config.weights
+        forgetting = config.forgetting
         if args.recency is not None:
-            weights = replace(weights, recency=args.recency)
+            if args.recency < 0:
+                raise ValueError("--recency must be >= 0")
+            forgetting = replace(forgetting, recency=args.recency)
         if args.half_life_days is not None:
             if args.half_life_days <= 0:
                 raise ValueError("--half-life-days must be positive")
-            weights = replace(weights, half_life_s=args.half_life_days * 86400.0)
+            forgetting = replace(forgetting, half_life_s=args.half_life_days * 86400.0)
         events = read_trace(args.trace)
         log = read_log(args.memory, args.namespace)
     except (ValueError, OSError, sqlite3.Error) as exc:
@@ -256,7 +288,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_r
         return 2
     adds = sum(1 for e in events if e.get("op") == "add")
     cap = args.cap if args.cap is not None else max(1, int(adds * 0.5))
-    result = replay(events, log, library_policy(weights, config.forgetting.superseded),
+    result = replay(events, log, library_policy(config.weights, forgetting),
                     cap=cap, threshold=config.forgetting.threshold)
     print(f"cap {cap}: {len(result.lost)} of {result.checked} gold memories forgotten before their question "
           f"({result.rate:.3f}); {len(result.archived)} archived at the end")

@@ -113,6 +113,14 @@ class ForgettingConfig:
     threshold: float
     max_nodes: int
     superseded: float
+    #: Recency's coefficient and half-life when choosing what to forget (ranking
+    #: keeps [weights] recency and half_life_s).
+    recency: float
+    half_life_s: float
+    #: The share of its weight a task with no live memory under it keeps.
+    empty_task: float
+    #: The share of its weight the one live memory under a task keeps.
+    last_in_task: float
 
 
 @dataclass(frozen=True)
@@ -272,6 +280,12 @@ def _validate(c: Config) -> None:
     unit(c.feedback.important_step, "feedback.important_step")
     unit(c.feedback.confirmed_step, "feedback.confirmed_step")
     unit(c.forgetting.superseded, "forgetting.superseded")
+    unit(c.forgetting.empty_task, "forgetting.empty_task")
+    unit(c.forgetting.last_in_task, "forgetting.last_in_task")
+    if c.forgetting.recency < 0 or w.importance + c.forgetting.recency + w.confidence + w.usage <= 0:
+        raise ConfigError("forgetting.recency must be >= 0, with a positive sum of the weights coefficients")
+    if c.forgetting.half_life_s <= 0:
+        raise ConfigError("forgetting.half_life_s must be > 0")
     unit(c.dedup.similarity, "dedup.similarity")
     unit(c.dedup.lexical, "dedup.lexical")
     unit(c.dedup.confidence_step, "dedup.confidence_step")

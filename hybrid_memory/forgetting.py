@@ -7,11 +7,14 @@ stays a matter of seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from .config import Config, WeightConfig
 from .model import Node, NodeType
 
 
@@ -92,6 +95,43 @@ def _sorted_leaves(ids: Sequence[str], weights: Sequence[float], rows: list[int]
             if k is not None:
                 start = prev = k
     return [(weights[r], ids[r], r) for r in ranked]
+
+
+def forgetting_weights(config: Config) -> WeightConfig:
+    """The weight coefficients forgetting uses: [weights], with [forgetting]'s own
+    recency coefficient and half-life."""
+    f = config.forgetting
+    return dataclasses.replace(config.weights, recency=f.recency, half_life_s=f.half_life_s)
+
+
+def heading_factors(
+    rows: np.ndarray[Any, Any],
+    parent_row: np.ndarray[Any, Any],
+    live_children: np.ndarray[Any, Any],
+    is_empty: np.ndarray[Any, Any],
+    is_task: np.ndarray[Any, Any],
+    *,
+    empty_task: float,
+    last_in_task: float,
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The share of its forgetting weight each of ``rows`` keeps for where it stands.
+
+    Columns are over all live nodes: ``parent_row`` (-1 for a root or a parent that is
+    not live), ``live_children``, ``is_task``, and ``is_empty``: a task whose memories
+    are forgotten, or will have been when forgetting weighs it (forgetting only ever
+    weighs a leaf). An empty task, a heading over nothing, keeps ``empty_task``; a new
+    task, nothing under it yet, keeps its weight. The one live child of a task keeps
+    ``last_in_task``: forgetting it empties the heading too, two places freed under a cap.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.ones(len(rows))
+    out[np.asarray(is_empty, dtype=bool)[rows]] *= empty_task
+    parent = np.asarray(parent_row, dtype=np.int64)[rows]
+    has = parent >= 0
+    at = np.where(has, parent, 0)
+    lone = has & np.asarray(is_task, dtype=bool)[at] & (np.asarray(live_children)[at] == 1)
+    out[lone] *= last_in_task
+    return out
 
 
 def superseded_ids(states: Iterable[tuple[str, str, float]]) -> set[str]:

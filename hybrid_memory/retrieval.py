@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import text
-from .config import Config, RetrievalConfig
+from .config import Config, RetrievalConfig, WeightConfig
 from .embed import Embedder
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
@@ -378,14 +378,15 @@ class Retriever:
         return weight(importance=node.importance, confidence=node.confidence, access_count=0,
                       touched_at=node.written_at, now=now, cfg=self.config.weights)
 
-    def weight_of(self, node: Node, now: float) -> float:
-        """The node's weight at ``now``, counting the reads still buffered in this
-        handle: a read changes the next answer whether or not it was written yet, so
-        a restart (which writes them) never changes what is returned."""
+    def weight_of(self, node: Node, now: float, cfg: WeightConfig | None = None) -> float:
+        """The node's weight at ``now`` (under ``cfg``, default [weights]), counting the
+        reads still buffered in this handle: a read changes the next answer whether or
+        not it was written yet, so a restart (which writes them) never changes what is
+        returned."""
         n, at = self.pending().get(node.id, (0, node.touched_at))
         return weight(
             importance=node.importance, confidence=node.confidence, access_count=node.access_count + n,
-            touched_at=max(node.touched_at, at), now=now, cfg=self.config.weights,
+            touched_at=max(node.touched_at, at), now=now, cfg=self.config.weights if cfg is None else cfg,
         )
 
     # -- without a query -----------------------------------------------------------

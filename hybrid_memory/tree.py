@@ -34,7 +34,7 @@ from .errors import (
     InvalidTypeError,
     NamespaceError,
 )
-from .forgetting import plan_forget, superseded_ids
+from .forgetting import forgetting_weights, heading_factors, plan_forget, superseded_ids
 from .model import (
     Checkpoint,
     Drift,
@@ -405,14 +405,21 @@ class MemoryTree:
             row = self.store.get(conn, active_id) if active_id else None
         return node_from_row(row) if row is not None and row.status == Status.LIVE.value else None
 
-    def weight(self, node: Node, now: float | None = None) -> float:
-        """The node's weight at ``now`` (default: the clock), reads not yet written included."""
+    def weight(self, node: Node, now: float | None = None, *, forgetting: bool = False) -> float:
+        """The node's weight at ``now`` (default: the clock), reads not yet written included.
+
+        ``forgetting=True``: the weight forgetting starts from, which counts recency
+        with ``[forgetting]`` recency and half_life_s. forget() then applies the shares
+        that depend on where the node stands (superseded, empty_task, last_in_task).
+        """
         self._live_check()
         if not isinstance(node, Node):
             raise InvalidTypeError(f"weight() takes a Node, got {type(node).__name__}")
+        check.flag(forgetting, "forgetting")
         if node.namespace != self.namespace:
             raise NamespaceError(f"node {node.id} belongs to namespace {node.namespace!r}, not {self.namespace!r}")
-        return self._retriever.weight_of(node, self._now(now))
+        cfg = forgetting_weights(self.config) if forgetting else None
+        return self._retriever.weight_of(node, self._now(now), cfg)
 
 
     # -- writing ---------------------------------------------------------------
@@ -945,11 +952,25 @@ class MemoryTree:
             # them in this transaction, before this function runs.
             weights = weight_array(importance=np.array(importance), confidence=np.array(confidence),
                                    access_count=np.array(accessed), touched_at=touched,
-                                   now=at, cfg=self.config.weights)
+                                   now=at, cfg=forgetting_weights(self.config))
             state = NodeType.STATE.value
             states = {ids[i]: i for i, t in enumerate(types) if t == state}
             for node_id in superseded_ids((i, branches[r], created[r]) for i, r in states.items()):
                 weights[states[node_id]] *= f.superseded
+            if ids:
+                row_of = {node_id: i for i, node_id in enumerate(ids)}
+                parent_row = np.array([-1 if p is None else row_of.get(p, -1) for p in parents], dtype=np.int64)
+                live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))
+                # A task is empty once what was under it is forgotten: one with live
+                # memories now, or a leaf with forgotten ones. A new task is not.
+                task = NodeType.TASK.value
+                leaf_tasks = [ids[i] for i, t in enumerate(types) if t == task and live_children[i] == 0]
+                emptied = self.store.with_children(conn, self.namespace, leaf_tasks) if f.empty_task < 1 else set()
+                is_empty = np.array([t == task and (live_children[i] > 0 or ids[i] in emptied)
+                                     for i, t in enumerate(types)])
+                weights *= heading_factors(np.arange(len(ids)), parent_row, live_children, is_empty,
+                                           np.array([t == task for t in types]),
+                                           empty_task=f.empty_task, last_in_task=f.last_in_task)
             keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
             plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap)
             picked = [i for i, _ in plan]

@@ -418,6 +418,7 @@ OTHER_CASES = [
     case("feedback-nothing", InvalidInputError, lambda m, n: m.feedback(n.hotel)),
     case("add-pinned-not-bool", InvalidTypeError, lambda m, n: m.add("A new memory", type="fact", pinned=1)),  # type: ignore[arg-type]
     case("pin-not-bool", InvalidTypeError, lambda m, n: m.pin(n.hotel, "yes")),  # type: ignore[arg-type]
+    case("weight-forgetting-not-bool", InvalidTypeError, lambda m, n: m.weight(n.hotel, forgetting=1)),  # type: ignore[arg-type]
     case("checkpoint-note-not-str", InvalidTypeError, lambda m, n: m.checkpoint(note=5)),  # type: ignore[arg-type]
     case("forget-threshold-out-of-range", InvalidWeightError, lambda m, n: m.forget(threshold=1.5)),
     case("forget-threshold-nan", InvalidWeightError, lambda m, n: m.forget(threshold=math.nan)),
@@ -674,6 +675,11 @@ BAD_CONFIG = [
     pytest.param({"weights": {"importance_by_type": {"task": 1.2}}}, id="type-default-above-1"),
     pytest.param({"feedback": {"important_step": -0.2}}, id="negative-step"),
     pytest.param({"forgetting": {"max_nodes": -1}}, id="max-nodes-negative"),
+    pytest.param({"forgetting": {"recency": -0.1}}, id="forgetting-recency-negative"),
+    pytest.param({"forgetting": {"half_life_s": 0.0}}, id="forgetting-half-life-zero"),
+    pytest.param({"forgetting": {"empty_task": 1.5}}, id="empty-task-above-one"),
+    pytest.param({"forgetting": {"last_in_task": -0.1}}, id="last-in-task-negative"),
+    pytest.param({"forgetting": {"last_in_task": "0.9"}}, id="last-in-task-string"),
     pytest.param({"write": {"max_content_chars": 0}}, id="max-content-zero"),
     pytest.param({"usage": {"flush_every": 0}}, id="flush-every-zero"),
 ]

@@ -57,7 +57,12 @@ def test_forget_archives_low_weight_leaves_and_spares_pinned_active_and_parents(
     assert forest_weights_are_what_the_test_assumes(mem, clock, n)
     clock.advance(60 * DAY)
     thr = mem.config.forgetting.threshold
-    weights = {node.id: mem.weight(node) for node in mem.nodes()}
+    weights = {node.id: mem.weight(node, forgetting=True) for node in mem.nodes()}
+    f = mem.config.forgetting
+    # Where a leaf stands counts: "mail" is a task, and a heading over nothing once
+    # "e1", its one memory, is gone; "e1" is the last live memory under its task.
+    share = {n["mail"]: f.empty_task, n["e1"]: f.last_in_task}
+    assert f.empty_task < 1 and f.last_in_task < 1
 
     report = mem.forget()
     gone = list(report.archived)
@@ -69,7 +74,7 @@ def test_forget_archives_low_weight_leaves_and_spares_pinned_active_and_parents(
     assert report.live_before == 11 and report.live_after == 6 == len(mem.nodes())
     assert [i for i, _ in report.details] == gone
     for node_id, w in report.details:
-        assert w == pytest.approx(weights[node_id]) and w < thr
+        assert w == pytest.approx(weights[node_id] * share.get(node_id, 1.0)) and w < thr
         assert status(mem, node_id) == "archived"
     assert not set(gone) & mem.index.ids(mem.namespace)
     # What stays, and why: under-threshold but pinned / active path / has live children.
@@ -86,8 +91,8 @@ def forest_weights_are_what_the_test_assumes(mem: MemoryTree, clock: Any, n: dic
     later = clock.now + 60 * DAY
     thr = mem.config.forgetting.threshold
     low = [k for k in n if k not in ("keep", "note")]
-    return all(mem.weight(mem.get(n[k]), later) < thr for k in low) and all(
-        mem.weight(mem.get(n[k]), later) >= thr for k in ("keep", "note")
+    return all(mem.weight(mem.get(n[k]), later, forgetting=True) < thr for k in low) and all(
+        mem.weight(mem.get(n[k]), later, forgetting=True) >= thr for k in ("keep", "note")
     )
 
 
@@ -149,8 +154,49 @@ def test_a_superseded_state_is_forgotten_before_the_state_that_replaced_it(open_
     assert mem.weight(mem.get(old.id)) > 0.5 * mem.weight(mem.get(new.id))
     report = mem.forget(threshold=0.0, max_nodes=3)
     assert list(report.archived) == [old.id]
-    assert report.details[0][1] == pytest.approx(mem.config.forgetting.superseded * mem.weight(mem.get(old.id)))
+    assert report.details[0][1] == pytest.approx(mem.config.forgetting.superseded
+                                                 * mem.weight(mem.get(old.id), forgetting=True))
     assert status(mem, new.id) == "live" and status(mem, fact.id) == "live"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("headings", [True, False])
+def test_under_a_cap_the_last_memory_of_a_task_goes_with_its_heading(open_memory, clock, lang, headings):
+    """Freeing two places by forgetting a task's one memory and then its empty heading
+    beats splitting a task that has two memories of the same weight. With both shares
+    at 1 (the factors off), the cap takes two of the three equal memories and leaves
+    both headings."""
+    shares = {} if headings else {"forgetting": {"empty_task": 1.0, "last_in_task": 1.0}}
+    mem = open_memory(**shares)
+    texts = (("Renew the office lease", "The landlord wants a two-year term",
+              "Order new desks", "The supplier quotes 300 euros a desk", "Delivery takes three weeks",
+              "Plan the team offsite", "Book the winter party venue")
+             if lang == "en" else
+             ("续签办公室租约", "房东要求签两年", "采购新办公桌", "供应商报价每张桌子 300 欧元", "送货要三周",
+              "筹备团队外出活动", "预订年会场地"))
+    lone_task = mem.add(texts[0], type="task", parent=ROOT)
+    lone = mem.add(texts[1], type="fact", parent=lone_task, importance=0.5, confidence=0.5)
+    pair_task = mem.add(texts[2], type="task", parent=ROOT)
+    pair = [mem.add(t, type="fact", parent=pair_task, importance=0.5, confidence=0.5) for t in texts[3:5]]
+    fresh = mem.add(texts[6], type="task", parent=ROOT)  # nothing under it yet: not empty
+    current = mem.add(texts[5], type="task", parent=ROOT)
+    mem.focus(current)  # the active task stays; the others are open to the cap
+    clock.advance(30 * DAY)
+    nodes = [lone_task, lone, pair_task, *pair, fresh]
+    w = {n.id: mem.weight(mem.get(n.id), forgetting=True) for n in nodes}
+    assert w[lone.id] == pytest.approx(w[pair[0].id]) == pytest.approx(w[pair[1].id])
+    everything = dict(mem.forget(threshold=1.0, dry_run=True).details)
+    assert everything[fresh.id] == pytest.approx(w[fresh.id])  # a new task keeps its whole weight
+    report = mem.forget(threshold=0.0, max_nodes=5)
+    f = mem.config.forgetting
+    if headings:
+        assert list(report.archived) == [lone.id, lone_task.id]
+        assert dict(report.details) == pytest.approx({lone.id: w[lone.id] * f.last_in_task,
+                                                      lone_task.id: w[lone_task.id] * f.empty_task})
+        assert {n.id for n in mem.nodes()} == {current.id, fresh.id, pair_task.id, *(p.id for p in pair)}
+    else:
+        assert len(report.archived) == 2 and set(report.archived) <= {lone.id, *(p.id for p in pair)}
+        assert all(status(mem, t.id) == "live" for t in (lone_task, pair_task, fresh))
 
 
 def test_forget_weighs_reads_not_yet_written(open_memory, clock):
@@ -163,7 +209,7 @@ def test_forget_weighs_reads_not_yet_written(open_memory, clock):
     clock.advance(30 * DAY)
     for _ in range(6):
         mem.retrieve("Which invoices are on tape?", k=1)
-    before = {n.id: mem.weight(n) for n in (mem.get(read.id), mem.get(other.id))}
+    before = {n.id: mem.weight(n, forgetting=True) for n in (mem.get(read.id), mem.get(other.id))}
     assert before[read.id] > before[other.id]
     report = mem.forget(threshold=1.0, dry_run=True)
     got = dict(report.details)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import heapq
 import random
 
+import numpy as np
 import pytest
 
-from hybrid_memory.forgetting import plan_forget, superseded_ids
+from hybrid_memory.forgetting import heading_factors, plan_forget, superseded_ids
 
 
 def reference(ids, parents, weights, keep, *, threshold, max_nodes):
@@ -75,3 +76,27 @@ def test_a_parent_freed_on_the_way_goes_before_heavier_leaves() -> None:
 def test_the_latest_state_of_a_branch_supersedes_the_others() -> None:
     rows = [("a", "b1", 1.0), ("b", "b1", 3.0), ("c", "b1", 2.0), ("d", "b2", 1.0), ("e", "b3", 5.0), ("f", "b3", 5.0)]
     assert superseded_ids(rows) == {"a", "c", "e"}
+
+
+def test_heading_factors_weigh_an_empty_task_and_a_task_s_last_memory() -> None:
+    # rows: 0 task (two children), 1 fact under 0, 2 event under 0, 3 task (one child),
+    # 4 fact under 3, 5 task whose memories were forgotten, 6 new task (nothing under it
+    # yet), 7 event (one child), 8 fact under 7 (its parent is no task), 9 fact whose
+    # parent is not live (-1).
+    parent_row = np.array([-1, 0, 0, -1, 3, -1, -1, 7, -1, -1])
+    is_task = np.array([True, False, False, True, False, True, True, False, False, False])
+    live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(parent_row))
+    is_empty = is_task & ((live_children > 0) | (np.arange(10) == 5))
+    out = heading_factors(np.arange(10), parent_row, live_children, is_empty, is_task,
+                          empty_task=0.5, last_in_task=0.9)
+    assert out.tolist() == pytest.approx([0.5, 1.0, 1.0, 0.5, 0.9, 0.5, 1.0, 1.0, 1.0, 1.0])
+    # A subset of rows gets its own shares; shares of 1 change nothing.
+    assert heading_factors(np.array([4, 1, 6]), parent_row, live_children, is_empty, is_task,
+                           empty_task=0.5, last_in_task=0.9).tolist() == pytest.approx([0.9, 1.0, 1.0])
+    assert heading_factors(np.arange(10), parent_row, live_children, is_empty, is_task,
+                           empty_task=1.0, last_in_task=1.0).tolist() == [1.0] * 10
+    # A task that is the last child of a task takes both shares.
+    nested = np.array([-1, 0])
+    both = heading_factors(np.arange(2), nested, np.bincount(nested[nested >= 0], minlength=2),
+                           np.array([True, True]), np.array([True, True]), empty_task=0.5, last_in_task=0.9)
+    assert both.tolist() == pytest.approx([0.5, 0.45])

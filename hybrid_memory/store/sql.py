@@ -840,6 +840,17 @@ class SqlStore:
             params["parent"] = parent_id
         return int(conn.execute(_Q.children_of[parent_id is None], params).scalar_one())
 
+    def with_children(self, conn: Connection, namespace: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` that have a child row in any status (reads the
+        (namespace, parent_id) index)."""
+        out: set[str] = set()
+        ids = list(ids)
+        for at in range(0, len(ids), 500):
+            chunk = ids[at : at + 500]
+            q = select(nodes.c.parent_id).where(nodes.c.namespace == namespace, nodes.c.parent_id.in_(chunk)).distinct()
+            out.update(r[0] for r in conn.execute(q))
+        return out
+
     def any_live_id(self, conn: Connection, namespace: str) -> str | None:
         """One live node's id (which one is unspecified), or None for an empty namespace."""
         q = select(nodes.c.id).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value).limit(1)
