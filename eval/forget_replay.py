@@ -15,7 +15,7 @@ feedback, a new child). A question's gold memories archived when it is asked are
 counted as wrongly forgotten, as the harness counts them.
 
 With the configuration the run used, the replay takes the same decisions as the run
-(``tests/test_forget_replay.py`` checks the archived set node for node). Under
+(``tests/test_eval_harness.py`` checks the archived set node for node). Under
 another policy the reads are still the run's own (retrieval would have returned
 slightly different memories from a different live tree): a good estimate, seconds
 instead of minutes, for choosing settings before a real run.
@@ -24,7 +24,6 @@ instead of minutes, for choosing settings before a real run.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
 import sqlite3
@@ -36,12 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_memory.config import Config, ForgettingConfig, WeightConfig
-from hybrid_memory.forgetting import heading_factors
+from hybrid_memory.config import Config
+from hybrid_memory.forgetting import forgetting_weights, heading_factors, plan_forget
+from hybrid_memory.weights import weight_array
 
 from .trace import read_trace
-
-_LN2 = math.log(2.0)
 
 #: (arrays, candidate rows, now) -> the forgetting weight of each candidate.
 Policy = Callable[["Columns", np.ndarray[Any, Any], float], np.ndarray[Any, Any]]
@@ -67,26 +65,21 @@ class Columns:
         self.had_child = np.zeros(size, dtype=bool)
 
 
-def library_policy(weights: WeightConfig, forgetting: ForgettingConfig) -> Policy:
-    """The library's forgetting weight over the replayed columns: ``weights`` with
-    ``forgetting``'s recency and half-life (hybrid_memory.forgetting.forgetting_weights),
-    superseded states at ``forgetting.superseded``, and the heading factors
-    (hybrid_memory.forgetting.heading_factors)."""
-    total = weights.importance + forgetting.recency + weights.confidence + weights.usage
+def library_policy(config: Config) -> Policy:
+    """The library's forgetting weight over the replayed columns, as forget() takes it:
+    hybrid_memory.weights.weight_array under forgetting_weights(config), superseded
+    states at ``[forgetting] superseded``, and the heading factors."""
+    f = config.forgetting
+    cfg = forgetting_weights(config)
 
     def weigh(c: Columns, rows: np.ndarray[Any, Any], now: float) -> np.ndarray[Any, Any]:
-        age = np.maximum(0.0, now - c.touched[rows])
-        rec = np.exp(-_LN2 * (age / forgetting.half_life_s))
-        use = 1.0 - np.exp(-np.maximum(0.0, c.accessed[rows]) / weights.usage_scale)
-        w = (weights.importance * c.importance[rows] + forgetting.recency * rec
-             + weights.confidence * c.confidence[rows] + weights.usage * use) / total
-        w = np.clip(w, 0.0, 1.0)
-        w = np.where(c.superseded_state[rows], w * forgetting.superseded, w)
+        w = weight_array(importance=c.importance[rows], confidence=c.confidence[rows],
+                         access_count=c.accessed[rows], touched_at=c.touched[rows], now=now, cfg=cfg)
+        w = np.where(c.superseded_state[rows], w * f.superseded, w)
         task = c.kind == "task"
         empty = task & ((c.children > 0) | c.had_child)
         out: np.ndarray[Any, Any] = w * heading_factors(rows, c.parent, c.children, empty, task,
-                                                         empty_task=forgetting.empty_task,
-                                                         last_in_task=forgetting.last_in_task)
+                                                         empty_task=f.empty_task, last_in_task=f.last_in_task)
         return out
 
     return weigh
@@ -169,38 +162,22 @@ def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, 
 
     def forget(now: float) -> None:
         # The run calls forget() only when an add takes the tree past the cap; the
-        # threshold then applies too. As forgetting.plan_forget: every weight is taken
-        # at the start of the pass, leaves go lowest weight first (ties by id), and a
-        # parent joins them once its last child is gone.
-        live = int(c.live[:n].sum())
-        if live <= cap:
+        # threshold then applies too. The library's planner decides, over the live
+        # rows, with the active path kept.
+        rows = np.flatnonzero(c.live[:n])
+        if len(rows) <= cap:
             return
-        open_ = c.live[:n].copy()
+        keep = np.zeros(n, dtype=bool)
         if focus >= 0:
-            open_[path(focus)] = False
-        rows = np.flatnonzero(open_)
-        if not len(rows):
-            return
-        weight_of = dict(zip(rows.tolist(), policy(c, rows, now).tolist(), strict=True))
-        leaves = sorted((weight_of[i], c.ids[i], i) for i in rows.tolist() if c.children[i] == 0)
-        freed: list[tuple[float, str, int]] = []
-        at = 0
-        while at < len(leaves) or freed:
-            take_freed = bool(freed) and (at == len(leaves) or freed[0] < leaves[at])
-            w, _, i = freed[0] if take_freed else leaves[at]
-            if w >= threshold and live <= cap:
-                break
-            if take_freed:
-                heapq.heappop(freed)
-            else:
-                at += 1
+            keep[path(focus)] = True
+        parents = [c.ids[p] if p >= 0 else None for p in c.parent[rows].tolist()]
+        plan = plan_forget([c.ids[i] for i in rows.tolist()], parents, policy(c, rows, now).tolist(),
+                           keep[rows].tolist(), threshold=threshold, max_nodes=cap)
+        for node_id, _ in plan:
+            i = row[node_id]
             c.live[i] = False
-            live -= 1
-            parent = int(c.parent[i])
-            if parent >= 0:
-                c.children[parent] -= 1
-                if c.children[parent] == 0 and parent in weight_of:
-                    heapq.heappush(freed, (weight_of[parent], c.ids[parent], parent))
+            if c.parent[i] >= 0:
+                c.children[c.parent[i]] -= 1
 
     for ts, op, node_id, p in log:
         ask_until(ts)
@@ -281,6 +258,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_r
             if args.half_life_days <= 0:
                 raise ValueError("--half-life-days must be positive")
             forgetting = replace(forgetting, half_life_s=args.half_life_days * 86400.0)
+        config = replace(config, forgetting=forgetting)
         events = read_trace(args.trace)
         log = read_log(args.memory, args.namespace)
     except (ValueError, OSError, sqlite3.Error) as exc:
@@ -288,7 +266,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_r
         return 2
     adds = sum(1 for e in events if e.get("op") == "add")
     cap = args.cap if args.cap is not None else max(1, int(adds * 0.5))
-    result = replay(events, log, library_policy(config.weights, forgetting),
+    result = replay(events, log, library_policy(config),
                     cap=cap, threshold=config.forgetting.threshold)
     print(f"cap {cap}: {len(result.lost)} of {result.checked} gold memories forgotten before their question "
           f"({result.rate:.3f}); {len(result.archived)} archived at the end")

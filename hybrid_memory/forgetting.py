@@ -26,6 +26,7 @@ def plan_forget(
     *,
     threshold: float,
     max_nodes: int,
+    parent_row: Sequence[int] | None = None,
 ) -> list[tuple[str, float]]:
     """The (id, weight) pairs to prune, in pruning order.
 
@@ -35,9 +36,11 @@ def plan_forget(
     last child is gone, so a subtree is never orphaned. A leaf is taken while its
     weight is under ``threshold``, or while more than ``max_nodes`` (when > 0) live
     nodes remain. Rows marked ``keep`` (pinned, the active path) stay.
+    ``parent_row``: :func:`parent_rows` of ``ids`` and ``parents``, when the caller
+    has it already.
     """
-    row_of = {node_id: i for i, node_id in enumerate(ids)}
-    parent_row = [-1 if p is None else row_of.get(p, -1) for p in parents]
+    if parent_row is None:
+        parent_row = parent_rows(ids, parents).tolist()
     children = [0] * len(ids)
     for p in parent_row:
         if p >= 0:
@@ -95,6 +98,13 @@ def _sorted_leaves(ids: Sequence[str], weights: Sequence[float], rows: list[int]
             if k is not None:
                 start = prev = k
     return [(weights[r], ids[r], r) for r in ranked]
+
+
+def parent_rows(ids: Sequence[str], parents: Sequence[str | None]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Each row's parent as a row of the same columns: -1 for a root, or for a parent
+    that is not among ``ids`` (not live)."""
+    row_of = {node_id: i for i, node_id in enumerate(ids)}
+    return np.array([-1 if p is None else row_of.get(p, -1) for p in parents], dtype=np.int64)
 
 
 def forgetting_weights(config: Config) -> WeightConfig:

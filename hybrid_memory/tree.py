@@ -34,7 +34,13 @@ from .errors import (
     InvalidTypeError,
     NamespaceError,
 )
-from .forgetting import forgetting_weights, heading_factors, plan_forget, superseded_ids
+from .forgetting import (
+    forgetting_weights,
+    heading_factors,
+    parent_rows,
+    plan_forget,
+    superseded_ids,
+)
 from .model import (
     Checkpoint,
     Drift,
@@ -957,22 +963,21 @@ class MemoryTree:
             states = {ids[i]: i for i, t in enumerate(types) if t == state}
             for node_id in superseded_ids((i, branches[r], created[r]) for i, r in states.items()):
                 weights[states[node_id]] *= f.superseded
-            if ids:
-                row_of = {node_id: i for i, node_id in enumerate(ids)}
-                parent_row = np.array([-1 if p is None else row_of.get(p, -1) for p in parents], dtype=np.int64)
-                live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))
-                # A task is empty once what was under it is forgotten: one with live
-                # memories now, or a leaf with forgotten ones. A new task is not.
-                task = NodeType.TASK.value
-                leaf_tasks = [ids[i] for i, t in enumerate(types) if t == task and live_children[i] == 0]
-                emptied = self.store.with_children(conn, self.namespace, leaf_tasks) if f.empty_task < 1 else set()
-                is_empty = np.array([t == task and (live_children[i] > 0 or ids[i] in emptied)
-                                     for i, t in enumerate(types)])
-                weights *= heading_factors(np.arange(len(ids)), parent_row, live_children, is_empty,
-                                           np.array([t == task for t in types]),
-                                           empty_task=f.empty_task, last_in_task=f.last_in_task)
+            parent_row = parent_rows(ids, parents)
+            live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))
+            # A task is empty once what was under it is forgotten: one with live
+            # memories now, or a leaf with forgotten ones. A new task is not.
+            is_task = np.array(types, dtype=object) == NodeType.TASK.value
+            is_empty = is_task & (live_children > 0)
+            leaf_tasks = np.flatnonzero(is_task & ~is_empty)
+            if f.empty_task < 1 and len(leaf_tasks):
+                emptied = self.store.with_children(conn, self.namespace, [ids[i] for i in leaf_tasks])
+                is_empty[[i for i in leaf_tasks.tolist() if ids[i] in emptied]] = True
+            weights *= heading_factors(np.arange(len(ids)), parent_row, live_children, is_empty, is_task,
+                                       empty_task=f.empty_task, last_in_task=f.last_in_task)
             keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
-            plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap)
+            plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap,
+                               parent_row=parent_row.tolist())
             picked = [i for i, _ in plan]
             erased: list[str] = []
             if picked and not dry_run:

@@ -147,7 +147,7 @@ def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, emb
     assert archived  # the cap bit
     cfg = Config.load()
     replayed = forget_replay.replay(events, forget_replay.read_log(kept / "forget", namespace),
-                                    forget_replay.library_policy(cfg.weights, cfg.forgetting),
+                                    forget_replay.library_policy(cfg),
                                     cap=forgetting["cap_live_nodes"], threshold=cfg.forgetting.threshold)
     assert replayed.archived == archived
     assert sorted(replayed.lost) == sorted(forgetting["forgotten_gold"])
