@@ -16,7 +16,11 @@ one by one (LangGraph also in batches), then searches every question for its top
 10, offline. hybrid_memory runs the same workload in this process, in the same run:
 every memory added one by one with its parent from the trace (it keeps its tree; the
 peers store flat memories, which is what their APIs offer), then again with
-``add_many`` in batches of 512 into a second memory.
+``add_many`` in batches of 512 into a second memory. That row embeds as the peers
+do (sentence-transformers on torch), so it differs from theirs by library alone; a
+second hybrid_memory row (``--no-own-runtime`` skips it) embeds as the library's
+configuration does by default (onnxruntime, one thread), what a user gets
+out of the box.
 
 Workers write raw measurements (each add's and each search's milliseconds, the trace
 ids each search returned, best first); every figure in the table is computed here
@@ -52,6 +56,7 @@ from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import ROOT, MemoryTree, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.config import Config  # noqa: E402
+from hybrid_memory.embed import Embedder, make_embedder  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
 
 from .generate import generate  # noqa: E402
@@ -101,6 +106,10 @@ PEERS: dict[str, Peer] = {
 }
 HYBRID = "hybrid_memory"
 HYBRID_LABEL = "hybrid_memory (tree)"
+#: hybrid_memory again, on the runtime its configuration picks (onnxruntime by default).
+HYBRID_OWN = "hybrid_memory_own_runtime"
+#: Which runtime hybrid_memory's rows embed with (run_hybrid).
+RUNTIMES = ("peers", "own")
 
 
 class PeerError(RuntimeError):
@@ -277,16 +286,25 @@ def run_peer(name: str, workload_path: Path, out_path: Path, *, root: Path = DEF
 
 
 def run_hybrid(workload: Mapping[str, Any], *, workdir: Path, config: Config,
-               progress: bool = True) -> dict[str, Any]:
-    """The workers' measurements for hybrid_memory, on the bundled model through
-    sentence-transformers as the peers run it: each memory added one by one under its
-    trace parent, the questions retrieved (top 10, ancestors left out, ranked as
-    eval.bench ranks them), and ``add_many`` in batches into a second memory."""
+               progress: bool = True, runtime: str = "peers") -> dict[str, Any]:
+    """The workers' measurements for hybrid_memory: each memory added one by one under
+    its trace parent, the questions retrieved (top 10, ancestors left out, ranked as
+    eval.bench ranks them), and ``add_many`` in batches into a second memory.
+
+    ``runtime="peers"`` runs the bundled model through sentence-transformers on torch,
+    as the peers run it, whatever backend the configuration would pick: the rows then
+    differ by library, not by runtime. ``runtime="own"`` runs the model as the
+    configuration's ``[embedding]`` says (``backend = "auto"``: onnxruntime when it is
+    installed), what a user of the library gets without changing a setting."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(map(repr, RUNTIMES))}, got {runtime!r}")
     memories, questions = workload["memories"], workload["questions"]
     started = time.perf_counter()
-    # The peers' runtime too (sentence-transformers on torch), whatever backend the
-    # configuration would pick: the rows then differ by library, not by runtime.
-    embedder = SentenceTransformerEmbedder(device="cpu", batch_size=config.embedding.batch_size)
+    embedder: Embedder
+    if runtime == "peers":
+        embedder = SentenceTransformerEmbedder(device="cpu", batch_size=config.embedding.batch_size)
+    else:
+        embedder = make_embedder(config.embedding)
     embedder.embed(["warm up"])
     setup_s = time.perf_counter() - started
     bar = partial(tqdm, disable=not progress, leave=False, file=sys.stderr)
@@ -324,7 +342,8 @@ def run_hybrid(workload: Mapping[str, Any], *, workdir: Path, config: Config,
         batch_s = time.perf_counter() - start
 
     return {
-        "system": HYBRID,
+        "system": HYBRID if runtime == "peers" else HYBRID_OWN,
+        "runtime": _runtime_of(embedder),
         "versions": {name: _version(name) for name in
                      ("hybrid-memory", "chromadb", "sentence-transformers", "transformers", "torch", "numpy")},
         "nodes": len(memories),
@@ -335,6 +354,16 @@ def run_hybrid(workload: Mapping[str, Any], *, workdir: Path, config: Config,
         "search_ms": search_ms,
         "ranked": ranked,
     }
+
+
+def _runtime_of(embedder: Any) -> str:
+    """What runs the model: "onnxruntime", or "torch" (sentence-transformers)."""
+    backend = getattr(embedder, "backend", None)
+    return "onnxruntime" if backend == "onnx" else "torch"
+
+
+def _own_label(raw: Mapping[str, Any]) -> str:
+    return f"{HYBRID_LABEL}, its own runtime ({raw['runtime']})"
 
 
 def _loadavg() -> float | None:
@@ -436,6 +465,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     p.add_argument("--envs", type=Path, default=DEFAULT_ENVS, help=f"the peers' virtualenvs (default {DEFAULT_ENVS})")
     p.add_argument("--out", type=Path, default=Path("bench-out") / "peers", help="output folder (default bench-out/peers)")
     p.add_argument("--threads", type=int, help="torch threads of every system (default: torch's own choice)")
+    p.add_argument("--no-own-runtime", action="store_true",
+                   help="skip hybrid_memory's second row, on the runtime its configuration picks")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.peers.split(",") if n.strip()]
@@ -462,12 +493,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         workload_path = write_workload(shared, args.out / "workload.json")
         config = Config.load()
         rows = []
-        runs = [(full, HYBRID)] + ([(shared, f"{HYBRID}-{len(shared['memories'])}")] if capped else [])
+        runs = [(full, HYBRID, "peers")] + ([(shared, f"{HYBRID}-{len(shared['memories'])}", "peers")] if capped else [])
+        if not args.no_own_runtime:
+            runs.append((full, HYBRID_OWN, "own"))
         with tempfile.TemporaryDirectory(prefix="hm-peers-") as work:
-            for i, (workload, file_name) in enumerate(runs):
-                raw = run_hybrid(workload, workdir=Path(work) / str(i), config=config, progress=progress)
+            for i, (workload, file_name, runtime) in enumerate(runs):
+                raw = run_hybrid(workload, workdir=Path(work) / str(i), config=config, progress=progress,
+                                 runtime=runtime)
                 (args.out / f"{file_name}.json").write_text(json.dumps(raw), encoding="utf-8")
-                rows.append(summarise(raw, workload, label=HYBRID_LABEL))
+                rows.append(summarise(raw, workload, label=HYBRID_LABEL if runtime == "peers" else _own_label(raw)))
         for name in names:
             raw = run_peer(name, workload_path, args.out / f"{name}.json", root=args.envs, progress=progress)
             rows.append(summarise(raw, shared, label=PEERS[name].label))

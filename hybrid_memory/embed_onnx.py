@@ -516,6 +516,14 @@ class OnnxEmbedder:
         return "all-MiniLM-L6-v2" if self._spec == BUNDLED else self._spec
 
     @property
+    def releases_gil(self) -> bool:
+        """onnxruntime runs a whole batch without the interpreter lock; the fallback
+        says for itself (sentence-transformers does not). Loads the model."""
+        if self._load() is not None:
+            return True
+        return bool(getattr(self._delegate, "releases_gil", True))
+
+    @property
     def backend(self) -> str:
         """``"onnx"``, or ``"fallback"`` when the fallback embedder runs instead (loads the model)."""
         return "onnx" if self._load() is not None else "fallback"

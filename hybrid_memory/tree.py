@@ -491,8 +491,11 @@ class MemoryTree:
         (``write.overlap_embedding``). A larger batch is embedded here, before its
         transaction: its embedding is long enough that holding the write lock
         through it would stall other writers, and its reads are a small share of
-        it. So is the handle's first embedding, which may load the model."""
-        if len(texts) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded:
+        it. So is the handle's first embedding, which may load the model, and every
+        embedding of an embedder that keeps the interpreter lock while it computes
+        (``releases_gil = False``: sentence-transformers on torch)."""
+        if len(texts) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded \
+                or not self._overlaps:
             vectors = self.embedder.embed(texts)
             self._embedded = True
             return vectors
@@ -512,6 +515,12 @@ class MemoryTree:
         # embedding call instead of 1.21x). Bounded, for a worker busy elsewhere.
         started.wait(_HANDOFF_S)
         return Embedding(future)
+
+    @property
+    def _overlaps(self) -> bool:
+        """Whether the embedder leaves the interpreter lock free while it computes
+        (its ``releases_gil``; absent: yes)."""
+        return bool(getattr(self.embedder, "releases_gil", True))
 
     def _embed_later(self, texts: list[str]) -> Callable[[], np.ndarray[Any, Any]]:
         """Start embedding ``texts`` (on the worker thread when they are few) and

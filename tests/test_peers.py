@@ -208,10 +208,39 @@ def test_the_command_without_peers_writes_the_table(tmp_path: Path, capsys: pyte
     out = tmp_path / "out"
     assert peers.main(["--nodes", "60", "--peers", "", "--quiet", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert [r["system"] for r in results["rows"]] == ["hybrid_memory"]
-    assert results["rows"][0]["nodes"] == 60
+    assert [r["system"] for r in results["rows"]] == ["hybrid_memory", "hybrid_memory_own_runtime"]
+    assert [r["nodes"] for r in results["rows"]] == [60, 60]
+    own = json.loads((out / "hybrid_memory_own_runtime.json").read_text(encoding="utf-8"))
+    assert results["rows"][1]["label"] == f"hybrid_memory (tree), its own runtime ({own['runtime']})"
     assert (out / "workload.json").is_file() and (out / "hybrid_memory.json").is_file()
     assert (out / "table.md").read_text(encoding="utf-8") in capsys.readouterr().out
+
+
+def test_hybrid_memory_runs_on_its_own_runtime_too(tmp_path: Path) -> None:
+    workload, _, verbatim = _small_workload(tmp_path)
+    raw = peers.run_hybrid(workload, workdir=tmp_path / "work", config=Config.load(), progress=False, runtime="own")
+    _check_raw(raw, workload, verbatim)
+    assert raw["system"] == peers.HYBRID_OWN
+    # The default configuration (backend "auto") runs the bundled model on onnxruntime,
+    # which the project installs (chromadb depends on it).
+    assert raw["runtime"] == "onnxruntime"
+    same = peers.run_hybrid(workload, workdir=tmp_path / "same", config=Config.load(), progress=False)
+    assert same["runtime"] == "torch"
+    assert [r[0] for r in raw["ranked"][-len(verbatim):]] == [r[0] for r in same["ranked"][-len(verbatim):]]
+
+
+def test_an_unknown_runtime_is_refused(tmp_path: Path) -> None:
+    workload, _, _ = _small_workload(tmp_path)
+    with pytest.raises(ValueError, match="runtime must be one of"):
+        peers.run_hybrid(workload, workdir=tmp_path / "work", config=Config.load(), progress=False, runtime="gpu")
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_own_runtime_row_can_be_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert peers.main(["--nodes", "60", "--peers", "", "--quiet", "--no-own-runtime", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [r["system"] for r in results["rows"]] == ["hybrid_memory"]
 
 
 @pytest.mark.parametrize(("name", "package"), [("mem0", "mem0"), ("langgraph", "langgraph")])

@@ -195,6 +195,41 @@ def test_the_first_embedding_and_the_setting_keep_it_in_the_caller(open_memory, 
         assert here == ([True, False, False] if overlap else [True, True, True])
 
 
+class HoldsTheLock(Spy):
+    """The real embedder, declaring that it keeps the interpreter lock while it
+    computes (as sentence-transformers on torch does)."""
+
+    releases_gil = False
+
+
+def test_an_embedder_that_keeps_the_interpreter_lock_embeds_in_the_caller(open_memory, embedder):
+    """Writes and queries of an embedder with ``releases_gil = False`` embed in the
+    caller, before their transaction; the same memories are written and found."""
+    got = []
+    for spy in (Spy(embedder), HoldsTheLock(embedder)):
+        mem = open_memory(namespace=type(spy).__name__, embedder_=spy)
+        mem.add("Plan the offsite", type="task", parent=ROOT)
+        mem.add("The offsite is in Lisbon.", type="fact")
+        mem.add("The offsite is in Lisbon!", type="fact")  # a twin: merged either way
+        found = mem.retrieve("Where is the offsite?")
+        here = [t is threading.current_thread() for t in spy.threads]
+        holds = isinstance(spy, HoldsTheLock)
+        assert here == ([True] * 4 if holds else [True, False, False, False])
+        got.append(([n.content for n in mem.nodes()], [s.node.content for s in found.nodes]))
+    assert got[0] == got[1]
+
+
+def test_the_bundled_runtimes_say_whether_they_release_the_interpreter_lock(embedder):
+    from hybrid_memory.embed import SentenceTransformerEmbedder
+    from hybrid_memory.embed_onnx import OnnxEmbedder
+
+    assert SentenceTransformerEmbedder.releases_gil is False
+    assert OnnxEmbedder().releases_gil is True  # onnxruntime is installed with the project
+    # An ONNX embedder that falls back to sentence-transformers says what its fallback says.
+    fallback = OnnxEmbedder("/nonexistent/model", fallback=SentenceTransformerEmbedder())
+    assert fallback.releases_gil is False
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_small_batch_writes_what_embedding_first_writes(open_memory, tmp_path_factory, lang):
     """Batches read ahead on the worker's time, with twins inside the batch and
