@@ -1156,8 +1156,7 @@ class MemoryTree:
         """Sizes and shape of the memory, for a dashboard or the command line."""
         self._live_check()
         with self.store.reading() as conn:
-            by_status = self.store.count_by_status(conn, self.namespace)
-            by_type, depth = self.store.live_shape(conn, self.namespace)
+            by_status, by_type, depth = self.store.shape(conn, self.namespace)
             active_id = self.store.get_cursor(conn, self.namespace, self.session)
             arow = self.store.get(conn, active_id) if active_id else None
             last = self.store.last_checkpoint(conn, self.namespace, self.session)

@@ -473,3 +473,28 @@ def test_recover_returns_active_node_path_and_latest_state_of_its_branch(open_me
     assert other.recover().active is None and other.recover().last_checkpoint is None
     other.focus(proj)
     assert again.recover().active.id == step.id
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_stats_count_live_and_archived_and_the_shape_of_the_live_tree(open_memory, clock, lang):
+    """stats() reads statuses, live types and the live depth in one pass: an archived
+    node deeper than every live one does not count for the depth, nor for the types."""
+    words = {"en": ("Ship the release", "Write the notes", "The notes are due Friday.", "A reviewer asked for a table.",
+                    "Decided to ship on Monday."),
+             "zh": ("发布新版本", "写发布说明", "发布说明周五截止。", "评审要求加一张表。", "决定周一发布。")}[lang]
+    mem = open_memory()
+    task = mem.add(words[0], type="task", parent=ROOT)
+    sub = mem.add(words[1], type="task", parent=task.id)
+    fact = mem.add(words[2], type="fact", parent=sub.id)
+    deep = mem.add(words[3], type="event", parent=fact.id, **LOW)
+    mem.add(words[4], type="decision", parent=task.id)
+    mem.focus(task.id)
+    clock.advance(90 * 86400)
+    before = mem.stats()
+    assert (before.live, before.archived, before.depth) == (5, 0, 3)
+    assert dict(before.by_type) == {"task": 2, "fact": 1, "event": 1, "decision": 1}
+    report = mem.forget(threshold=0.3)
+    assert [i for i, _ in report.details] == [deep.id]
+    after = mem.stats()
+    assert (after.live, after.archived, after.depth) == (4, 1, 2)
+    assert dict(after.by_type) == {"task": 2, "fact": 1, "decision": 1}

@@ -863,21 +863,24 @@ class SqlStore:
             )
         ]
 
-    def count_by_status(self, conn: Connection, namespace: str) -> dict[str, int]:
+    def shape(self, conn: Connection, namespace: str) -> tuple[dict[str, int], dict[str, int], int]:
+        """(nodes per status, live nodes per type, the deepest live node's depth), in
+        one pass over the index that holds all three (no table rows are read): at a
+        million nodes one pass costs ~0.1 s, and stats used to make two."""
         rows = conn.execute(
-            select(nodes.c.status, func.count()).where(nodes.c.namespace == namespace).group_by(nodes.c.status)
-        )
-        return {r[0]: int(r[1]) for r in rows}
-
-    def live_shape(self, conn: Connection, namespace: str) -> tuple[dict[str, int], int]:
-        """(live nodes per type, the deepest live node's depth), in one pass over the
-        index that holds both (no table rows are read)."""
-        rows = conn.execute(
-            select(nodes.c.type, func.count(), func.max(nodes.c.depth))
-            .where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
-            .group_by(nodes.c.type)
+            select(nodes.c.status, nodes.c.type, func.count(), func.max(nodes.c.depth))
+            .where(nodes.c.namespace == namespace)
+            .group_by(nodes.c.status, nodes.c.type)
         ).all()
-        return {r[0]: int(r[1]) for r in rows}, max((int(r[2]) for r in rows), default=0)
+        by_status: dict[str, int] = {}
+        by_type: dict[str, int] = {}
+        depth = 0
+        for status, type_, count, deepest in rows:
+            by_status[status] = by_status.get(status, 0) + int(count)
+            if status == Status.LIVE.value:
+                by_type[type_] = int(count)
+                depth = max(depth, int(deepest))
+        return by_status, by_type, depth
 
     def touch(self, conn: Connection, ids: Sequence[str], column: str, ts: float) -> None:
         """Raise ``column`` (a time) to ``ts`` for the given nodes, never lowering it."""
