@@ -26,7 +26,7 @@ def plan_forget(
     *,
     threshold: float,
     max_nodes: int,
-    parent_row: Sequence[int] | None = None,
+    parent_row: Sequence[int] | np.ndarray[Any, Any] | None = None,
 ) -> list[tuple[str, float]]:
     """The (id, weight) pairs to prune, in pruning order.
 
@@ -39,16 +39,15 @@ def plan_forget(
     ``parent_row``: :func:`parent_rows` of ``ids`` and ``parents``, when the caller
     has it already.
     """
-    if parent_row is None:
-        parent_row = parent_rows(ids, parents).tolist()
-    children = [0] * len(ids)
-    for p in parent_row:
-        if p >= 0:
-            children[p] += 1
+    rows_parent = parent_rows(ids, parents) if parent_row is None else np.asarray(parent_row, dtype=np.int64)
+    counts = np.bincount(rows_parent[rows_parent >= 0], minlength=len(ids))
+    start = np.flatnonzero((counts == 0) & ~np.asarray(keep, dtype=bool).reshape(-1))
+    children = counts.tolist()
+    parent_row = rows_parent.tolist()
     # The leaves of the start, sorted once, and a heap for the parents that become
     # leaves on the way: the lower head of the two is what one heap of all of them
     # would pop (a heap of a million entries costs several times the sort).
-    leaves = _sorted_leaves(ids, weights, [i for i in range(len(ids)) if children[i] == 0 and not keep[i]])
+    leaves = _sorted_leaves(ids, weights, start)
     freed: list[tuple[float, str, int]] = []
     at = 0
     live = len(ids)
@@ -77,14 +76,15 @@ def plan_forget(
     return plan
 
 
-def _sorted_leaves(ids: Sequence[str], weights: Sequence[float], rows: list[int]) -> list[tuple[float, str, int]]:
+def _sorted_leaves(ids: Sequence[str], weights: Sequence[float],
+                   rows: np.ndarray[Any, Any]) -> list[tuple[float, str, int]]:
     """(weight, id, row) of ``rows``, sorted: numpy orders the weights, and only runs of
     equal weights are ordered by id in Python (sorting a million tuples costs more)."""
-    if not rows:
+    if not len(rows):
         return []
     w = np.asarray(weights, dtype=np.float64)[rows]
     order = np.argsort(w, kind="stable")
-    ranked = [rows[k] for k in order.tolist()]
+    ranked = rows[order].tolist()
     ws = w[order]
     same = np.flatnonzero(ws[1:] == ws[:-1])
     if len(same):

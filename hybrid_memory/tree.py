@@ -960,8 +960,8 @@ class MemoryTree:
             arow = self.store.get(conn, active) if active else None
             if arow is not None:
                 protected.update(path_ids(arow.path))
-            (ids, parents, types, branches, paths, pinned, importance, confidence, accessed,
-             created, updated, read, below) = (list(c) for c in zip(*rows, strict=True)) if rows else ([] for _ in range(13))
+            (ids, parents, types, branches, pinned, importance, confidence, accessed,
+             created, updated, read, below) = (list(c) for c in zip(*rows, strict=True)) if rows else ([] for _ in range(12))
             touched = np.maximum.reduce([np.array(created), np.array(updated), np.array(read), np.array(below)])
             # Reads buffered in this handle are in the rows already: _write_flushing wrote
             # them in this transaction, before this function runs.
@@ -986,14 +986,14 @@ class MemoryTree:
                                        empty_task=f.empty_task, last_in_task=f.last_in_task)
             keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
             plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap,
-                               parent_row=parent_row.tolist())
+                               parent_row=parent_row)
             picked = [i for i, _ in plan]
             erased: list[str] = []
             if picked and not dry_run:
                 if delete:
                     # A forgotten leaf has no live children but may have archived ones:
                     # as with delete(), they go with it rather than be left orphaned.
-                    path_of = dict(zip(ids, paths, strict=True))
+                    path_of = {i: row.path for i, row in self.store.get_many(conn, picked).items()}
                     erased = list(dict.fromkeys(
                         r.id for i in picked for r in self.store.subtree(conn, self.namespace, path_of[i])
                     ))
