@@ -283,9 +283,8 @@ def audit_hash(prev: str, seq: int, namespace: str, session: str, actor: str, ts
 #: The columns a ``Node`` is built from (everything but the embedding).
 NODE_COLUMNS = tuple(c for c in nodes.c if c.name not in ("embedding", "embed_model"))
 #: What a forget pass reads of every live node, in this order (no content, no vectors).
-#: What a forget pass reads of every live node. Not the path (a long string): a pass
-#: that deletes reads the paths of what it picked, and at a million nodes reading it
-#: for all cost ~0.3 s.
+#: Not the path (a long string): a pass that deletes reads the paths of what it
+#: picked, and at a million nodes reading it for all cost ~0.3 s.
 FORGET_COLUMNS = (
     nodes.c.id, nodes.c.parent_id, nodes.c.type, nodes.c.branch_id, nodes.c.pinned,
     nodes.c.importance, nodes.c.confidence, nodes.c.access_count,
