@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_memory.config import Config
-from hybrid_memory.forgetting import forgetting_weights, heading_factors, plan_forget
+from hybrid_memory.forgetting import alone_shares, forgetting_weights, heading_factors, plan_forget
 from hybrid_memory.weights import weight_array
 
 from .trace import read_trace
@@ -115,9 +115,11 @@ def read_log(memory: Path, namespace: str) -> list[tuple[float, str, str, dict[s
 
 
 def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, str, dict[str, Any]]],
-           policy: Policy, *, cap: int, threshold: float) -> Result:
+           policy: Policy, *, cap: int, threshold: float, last_in_task: float = 1.0) -> Result:
     """Replay ``log`` (a forgetting run's operation log) under ``policy``, asking the
-    questions of ``events`` (the trace) at their times."""
+    questions of ``events`` (the trace) at their times. ``last_in_task``: what the
+    planner applies to a memory a pass leaves alone under its task (``[forgetting]
+    last_in_task`` for the library's policy; 1: nothing)."""
     adds = [p for _, op, _, p in log if op == "add"]
     node_of = {(p["content"], round(p["created_at"], 3)): p["id"] for p in adds}
     gold_node: dict[str, str] = {}
@@ -172,7 +174,8 @@ def replay(events: Sequence[Mapping[str, Any]], log: Sequence[tuple[float, str, 
             keep[path(focus)] = True
         parents = [c.ids[p] if p >= 0 else None for p in c.parent[rows].tolist()]
         plan = plan_forget([c.ids[i] for i in rows.tolist()], parents, policy(c, rows, now).tolist(),
-                           keep[rows].tolist(), threshold=threshold, max_nodes=cap)
+                           keep[rows].tolist(), threshold=threshold, max_nodes=cap,
+                           alone=alone_shares(c.parent[rows], c.kind == "task", last_in_task))
         for node_id, _ in plan:
             i = row[node_id]
             c.live[i] = False
@@ -267,7 +270,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval.forget_r
     adds = sum(1 for e in events if e.get("op") == "add")
     cap = args.cap if args.cap is not None else max(1, int(adds * 0.5))
     result = replay(events, log, library_policy(config),
-                    cap=cap, threshold=config.forgetting.threshold)
+                    cap=cap, threshold=config.forgetting.threshold, last_in_task=config.forgetting.last_in_task)
     print(f"cap {cap}: {len(result.lost)} of {result.checked} gold memories forgotten before their question "
           f"({result.rate:.3f}); {len(result.archived)} archived at the end")
     for g in result.lost:

@@ -27,6 +27,7 @@ def plan_forget(
     threshold: float,
     max_nodes: int,
     parent_row: Sequence[int] | np.ndarray[Any, Any] | None = None,
+    alone: Sequence[float] | np.ndarray[Any, Any] | None = None,
 ) -> list[tuple[str, float]]:
     """The (id, weight) pairs to prune, in pruning order.
 
@@ -37,13 +38,24 @@ def plan_forget(
     weight is under ``threshold``, or while more than ``max_nodes`` (when > 0) live
     nodes remain. Rows marked ``keep`` (pinned, the active path) stay.
     ``parent_row``: :func:`parent_rows` of ``ids`` and ``parents``, when the caller
-    has it already.
+    has it already. ``alone``: per row, the share of its weight it keeps once the pass
+    leaves it its parent's only live child (:func:`alone_shares`; the weights given
+    already count it for a row that starts alone). Its weight drops then, so the
+    pass takes it if it now falls under the threshold: a pass leaves nothing a
+    second pass would take.
     """
     rows_parent = parent_rows(ids, parents) if parent_row is None else np.asarray(parent_row, dtype=np.int64)
     counts = np.bincount(rows_parent[rows_parent >= 0], minlength=len(ids))
     start = np.flatnonzero((counts == 0) & ~np.asarray(keep, dtype=bool).reshape(-1))
     children = counts.tolist()
     parent_row = rows_parent.tolist()
+    weights = list(weights)
+    shares = None if alone is None else np.asarray(alone, dtype=np.float64).tolist()
+    # Per node, the sum of its live children's rows: once one child is left, the sum is its row.
+    has = rows_parent >= 0
+    child_sum = [] if shares is None else \
+        np.bincount(rows_parent[has], weights=np.flatnonzero(has), minlength=len(ids)).astype(np.int64).tolist()
+    gone = [False] * len(ids)
     # The leaves of the start, sorted once, and a heap for the parents that become
     # leaves on the way: the lower head of the two is what one heap of all of them
     # would pop (a heap of a million entries costs several times the sort).
@@ -59,13 +71,16 @@ def plan_forget(
         else:
             w, node_id, i = leaves[at]
             from_heap = False
-        over_cap = max_nodes > 0 and live > max_nodes
-        if w >= threshold and not over_cap:
-            break
         if from_heap:
             heapq.heappop(freed)
         else:
             at += 1
+        if gone[i]:  # an entry from before its weight dropped: taken at the lower one
+            continue
+        over_cap = max_nodes > 0 and live > max_nodes
+        if w >= threshold and not over_cap:
+            break
+        gone[i] = True
         plan.append((node_id, w))
         live -= 1
         p = parent_row[i]
@@ -73,6 +88,13 @@ def plan_forget(
             children[p] -= 1
             if children[p] == 0 and not keep[p]:
                 heapq.heappush(freed, (weights[p], ids[p], p))
+            elif shares is not None:
+                child_sum[p] -= i
+                left = child_sum[p]
+                if children[p] == 1 and shares[left] < 1.0:
+                    weights[left] *= shares[left]
+                    if children[left] == 0 and not keep[left]:  # a leaf waiting: again, at its new weight
+                        heapq.heappush(freed, (weights[left], ids[left], left))
     return plan
 
 
@@ -114,6 +136,16 @@ def forgetting_weights(config: Config) -> WeightConfig:
     return dataclasses.replace(config.weights, recency=f.recency, half_life_s=f.half_life_s)
 
 
+def alone_shares(parent_row: np.ndarray[Any, Any], is_task: np.ndarray[Any, Any],
+                 last_in_task: float) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Per row, the share of its weight a node keeps while it is its parent's only
+    live child: ``last_in_task`` under a task, else all of it."""
+    parent = np.asarray(parent_row, dtype=np.int64)
+    has = parent >= 0
+    under_task = has & np.asarray(is_task, dtype=bool)[np.where(has, parent, 0)]
+    return np.where(under_task, last_in_task, 1.0)
+
+
 def heading_factors(
     rows: np.ndarray[Any, Any],
     parent_row: np.ndarray[Any, Any],
@@ -137,10 +169,8 @@ def heading_factors(
     out = np.ones(len(rows))
     out[np.asarray(is_empty, dtype=bool)[rows]] *= empty_task
     parent = np.asarray(parent_row, dtype=np.int64)[rows]
-    has = parent >= 0
-    at = np.where(has, parent, 0)
-    lone = has & np.asarray(is_task, dtype=bool)[at] & (np.asarray(live_children)[at] == 1)
-    out[lone] *= last_in_task
+    alone_now = (parent >= 0) & (np.asarray(live_children)[np.where(parent >= 0, parent, 0)] == 1)
+    out[alone_now] *= alone_shares(parent, is_task, last_in_task)[alone_now]
     return out
 
 

@@ -35,6 +35,7 @@ from .errors import (
     NamespaceError,
 )
 from .forgetting import (
+    alone_shares,
     forgetting_weights,
     heading_factors,
     parent_rows,
@@ -986,7 +987,7 @@ class MemoryTree:
                                        empty_task=f.empty_task, last_in_task=f.last_in_task)
             keep = [bool(pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
             plan = plan_forget(ids, parents, weights.tolist(), keep, threshold=thr, max_nodes=cap,
-                               parent_row=parent_row)
+                               parent_row=parent_row, alone=alone_shares(parent_row, is_task, f.last_in_task))
             picked = [i for i, _ in plan]
             erased: list[str] = []
             if picked and not dry_run:

@@ -148,7 +148,8 @@ def test_generated_trace_hybrid_beats_flat_vector(lang: str, tmp_path: Path, emb
     cfg = Config.load()
     replayed = forget_replay.replay(events, forget_replay.read_log(kept / "forget", namespace),
                                     forget_replay.library_policy(cfg),
-                                    cap=forgetting["cap_live_nodes"], threshold=cfg.forgetting.threshold)
+                                    cap=forgetting["cap_live_nodes"], threshold=cfg.forgetting.threshold,
+                                    last_in_task=cfg.forgetting.last_in_task)
     assert replayed.archived == archived
     assert sorted(replayed.lost) == sorted(forgetting["forgotten_gold"])
     assert replayed.checked == forgetting["gold_checked"]

@@ -213,8 +213,10 @@ def test_forget_weighs_reads_not_yet_written(open_memory, clock):
     assert before[read.id] > before[other.id]
     report = mem.forget(threshold=1.0, dry_run=True)
     got = dict(report.details)
-    for node_id, w in before.items():
-        assert got[node_id] == pytest.approx(w)
+    # "other" goes first, at its weight; "read" is then the task's last memory and
+    # goes at that weight times [forgetting] last_in_task.
+    assert got[other.id] == pytest.approx(before[other.id])
+    assert got[read.id] == pytest.approx(before[read.id] * mem.config.forgetting.last_in_task)
     assert [i for i, _ in report.details].index(other.id) < [i for i, _ in report.details].index(read.id)
 
 

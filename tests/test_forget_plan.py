@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from hybrid_memory.forgetting import heading_factors, plan_forget, superseded_ids
+from hybrid_memory.forgetting import alone_shares, heading_factors, plan_forget, superseded_ids
 
 
 def reference(ids, parents, weights, keep, *, threshold, max_nodes):
@@ -100,3 +100,30 @@ def test_heading_factors_weigh_an_empty_task_and_a_task_s_last_memory() -> None:
     both = heading_factors(np.arange(2), nested, np.bincount(nested[nested >= 0], minlength=2),
                            np.array([True, True]), np.array([True, True]), empty_task=0.5, last_in_task=0.9)
     assert both.tolist() == pytest.approx([0.5, 0.45])
+
+
+def test_a_memory_the_pass_leaves_alone_under_its_task_drops_and_may_go() -> None:
+    # A task with two memories under a threshold of 0.7: the light one goes; the
+    # other (0.75) is then the task's last memory, weighs 0.75 * 0.9 = 0.675 and goes
+    # too, at that weight; the task, empty, follows at the weight it was given.
+    ids = ["task", "light", "heavy", "other"]
+    parents = [None, "task", "task", None]
+    weights = [0.3, 0.5, 0.75, 0.8]
+    keep = [False] * 4
+    is_task = np.array([True, False, False, False])
+    parent_row = np.array([-1, 0, 0, -1])
+    alone = alone_shares(parent_row, is_task, 0.9)
+    assert alone.tolist() == [1.0, 0.9, 0.9, 1.0]
+    plan = plan_forget(ids, parents, weights, keep, threshold=0.7, max_nodes=0, alone=alone)
+    assert [i for i, _ in plan] == ["light", "heavy", "task"]
+    assert [w for _, w in plan] == pytest.approx([0.5, 0.675, 0.3])
+    # Without the shares, or under a task the heavy memory does not fall under: it stays.
+    assert [i for i, _ in plan_forget(ids, parents, weights, keep, threshold=0.7, max_nodes=0)] == ["light"]
+    assert [i for i, _ in plan_forget(ids, parents, [0.3, 0.5, 0.8, 0.8], keep, threshold=0.7, max_nodes=0,
+                                      alone=alone)] == ["light"]
+    # Under a node that is no task nothing changes.
+    plain = alone_shares(parent_row, np.zeros(4, dtype=bool), 0.9)
+    assert [i for i, _ in plan_forget(ids, parents, weights, keep, threshold=0.7, max_nodes=0, alone=plain)] == ["light"]
+    # A pass to a cap counts the dropped weight in its order: heavy now goes before other.
+    capped = plan_forget(ids, parents, [0.3, 0.5, 0.75, 0.72], keep, threshold=0.0, max_nodes=1, alone=alone)
+    assert [i for i, _ in capped] == ["light", "heavy", "task"]
