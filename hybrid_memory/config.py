@@ -80,6 +80,7 @@ class RetrievalConfig:
     lexical_peer: float
     common_postings: int
     in_memory_lexicon: bool
+    in_memory_vectors: bool
     small_memory: bool
     rank_reads: bool
     by_family: bool

@@ -99,10 +99,13 @@ class Retriever:
         r = self.config.retrieval
         vector = self.embed_later([query])
         with self.store.reading() as conn:
+            # The log's last position, read at most once in this read transaction.
+            seq = functools.cache(lambda: self.store.last_seq(conn, self.namespace))
             # The lexical channel needs no vector: it reads while the query embeds.
             qterms = list(dict.fromkeys(text.terms(query)))
             index = self._lexical_index(conn)
-            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings, self._live_count, index)
+            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
+                                lambda c: self._live_count(c, seq()), index)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
             qvec = vector()[0]
             dense_mix = r.dense_share * self.embedder.coverage(query)
@@ -151,7 +154,7 @@ class Retriever:
             # reserved places: with so few branches, a located one singles out
             # little, and an answer in another costs only a small shortfall.
             aggregate = text.aggregate_question(query)
-            spread = aggregate or (r.small_memory and not self._has_more_branches(conn, r.spread_branches))
+            spread = aggregate or (r.small_memory and not self._has_more_branches(conn, r.spread_branches, seq()))
             n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
@@ -338,11 +341,13 @@ class Retriever:
         if self._building is not None:
             self._building.join()
 
-    def _live_count(self, conn: Connection) -> int:
+    def _live_count(self, conn: Connection, seq: int | None = None) -> int:
         """How many live nodes the namespace holds (the idf's document count). Counting
         reads the whole status index; every change to the live set is logged, so the
-        count is kept until the log moves on (a seek to its last position)."""
-        seq = self.store.last_seq(conn, self.namespace)
+        count is kept until the log moves on (a seek to its last position: ``seq``,
+        when the query read it already)."""
+        if seq is None:
+            seq = self.store.last_seq(conn, self.namespace)
         if self._counted is None or self._counted[0] != seq:
             # After adds alone (an agent's loop: write, ask), the count moves by the
             # nodes added, read off the log (SQLite: positions are commits in order).
@@ -353,10 +358,11 @@ class Retriever:
             self._counted = (seq, self.store.live_count(conn, self.namespace) if count is None else count)
         return self._counted[1]
 
-    def _has_more_branches(self, conn: Connection, than: int) -> bool:
+    def _has_more_branches(self, conn: Connection, than: int, seq: int | None = None) -> bool:
         """Whether the live nodes fall into more than ``than`` branches, kept, as the
         live count is, until the log moves on."""
-        seq = self.store.last_seq(conn, self.namespace)
+        if seq is None:
+            seq = self.store.last_seq(conn, self.namespace)
         if self._branchy is None or self._branchy[:2] != (seq, than):
             self._branchy = (seq, than, self.store.has_more_branches(conn, self.namespace, than))
         return self._branchy[2]

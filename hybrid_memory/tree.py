@@ -297,7 +297,7 @@ class MemoryTree:
             store = SqlStore(f"sqlite:///{(folder / 'memory.db').resolve()}", keyring=ring)
         if index is None:
             assert folder is not None
-            index = ChromaIndex(folder / "chroma")
+            index = ChromaIndex(folder / "chroma", graphs=config.retrieval.in_memory_vectors)
         if embedder is None:
             embedder = make_embedder(config.embedding)
         return cls(

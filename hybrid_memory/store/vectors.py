@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import InvalidInputError, StorageError
+from .graph import Graphs
+from .graph import available as graphs_available
 
 # HNSW search and build breadth of a new collection (Chroma's defaults: 100, 100).
 # Retrieval takes a few dozen candidates from the index; with a wider search a
@@ -28,6 +31,8 @@ from ..errors import InvalidInputError, StorageError
 # none at these, for no measurable retrieval time.
 EF_SEARCH = 400
 EF_CONSTRUCTION = 200
+#: Where an embedded folder keeps its namespaces' generations and saved graphs.
+GRAPH_FOLDER = "hybrid-memory-graphs"
 
 
 @runtime_checkable
@@ -106,11 +111,17 @@ class ChromaIndex:
 
     A server serialises writers itself: no lock is taken for it. Every failure of
     the index (an unreachable server included) is raised as ``StorageError``.
+
+    ``graphs`` (a folder only): keep each namespace's vectors in an HNSW graph in
+    this process as well, built on a thread after the namespace's first query, and
+    answer queries from it (see :mod:`hybrid_memory.store.graph`). Every write to a
+    folder bumps its namespace's own generation too, so a copy knows when another
+    process wrote.
     """
 
     def __init__(
         self, path: str | Path | None = None, *, client: Any = None, url: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = 30.0, graphs: bool = False,
     ) -> None:
         if sum(x is not None for x in (path, client, url)) != 1:
             raise InvalidInputError("give exactly one of path, client or url")
@@ -123,6 +134,12 @@ class ChromaIndex:
         self._collections: dict[str, Any] = {}
         self._lock_fd: int | None = None
         self._seen_generation = -1
+        # The build of a graph reads Chroma on a thread of its own: one caller at a time.
+        self._mutex = threading.RLock()
+        self._graphs: Graphs | None = None
+        if graphs and self._path is not None and graphs_available():
+            self._graphs = Graphs(self._path / GRAPH_FOLDER, ef=EF_SEARCH, snapshot=self._snapshot,
+                                  generation=self._namespace_generation)
 
     # -- Chroma server support ------------------------------------------------------
 
@@ -198,10 +215,17 @@ class ChromaIndex:
 
     @contextmanager
     def _locked(self, exclusive: bool) -> Iterator[None]:
-        self._ensure()
-        if self._lock_fd is None:
-            yield
-            return
+        with self._mutex:
+            self._ensure()
+            if self._lock_fd is None:
+                yield
+                return
+            with self._flocked(exclusive):
+                yield
+
+    @contextmanager
+    def _flocked(self, exclusive: bool) -> Iterator[None]:
+        assert self._lock_fd is not None
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             generation = self._generation()
@@ -215,6 +239,49 @@ class ChromaIndex:
                 (self._path / "hybrid-memory.gen").write_text(str(self._seen_generation))  # type: ignore[operator]
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _namespace_generation(self, namespace: str) -> int:
+        """How many writes the folder's copy of ``namespace`` has had (0 for a server)."""
+        if self._path is None:
+            return 0
+        try:
+            return int((self._path / GRAPH_FOLDER / f"{collection_name(namespace)}.gen").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _wrote(self, namespace: str, kind: str, ids: Sequence[str], vectors: np.ndarray[Any, Any] | None) -> None:
+        """Count a write of ``namespace`` to a folder (inside its exclusive lock), and
+        show it to the namespace's graph."""
+        if self._path is None or self._server is not None or not self._owns_client:
+            return
+        before = self._namespace_generation(namespace)
+        folder = self._path / GRAPH_FOLDER
+        folder.mkdir(exist_ok=True)
+        (folder / f"{collection_name(namespace)}.gen").write_text(str(before + 1))
+        if self._graphs is not None:
+            self._graphs.written(namespace, collection_name(namespace), before, before + 1, kind, ids, vectors)
+
+    def _snapshot(self, namespace: str) -> Iterator[tuple[int, list[str], np.ndarray[Any, Any]]]:
+        """The namespace's vectors for a graph (see :class:`Graphs`): its ids read at
+        one generation, then their vectors in chunks, the lock released between them."""
+        with self._guard("listing ids"), self._locked(False):
+            generation = self._namespace_generation(namespace)
+            col = self._collection(namespace)
+            ids: list[str] = []
+            for offset in range(0, col.count(), 5000):
+                ids += col.get(include=[], limit=5000, offset=offset)["ids"]
+        yield generation, [], np.zeros((0, 0), dtype=np.float32)
+        for i in range(0, len(ids), 4000):
+            with self._guard("reading vectors"), self._locked(False):
+                generation = self._namespace_generation(namespace)
+                res = self._collection(namespace).get(ids=ids[i : i + 4000], include=["embeddings"])
+            if len(res["ids"]):
+                yield generation, list(res["ids"]), np.asarray(res["embeddings"], dtype=np.float32)
+
+    def wait_for_graph(self, namespace: str, timeout: float | None = None) -> bool:
+        """Wait while the namespace's in-process graph is loaded or built; whether it
+        answers queries now (False when graphs are off)."""
+        return self._graphs is not None and self._graphs.wait(namespace, timeout)
 
     def _generation(self) -> int:
         try:
@@ -268,7 +335,10 @@ class ChromaIndex:
                 # Nothing to lose: start the collection again at the new dimension.
                 self._ensure().delete_collection(collection_name(namespace))
                 self._collections.pop(namespace, None)
+                if self._graphs is not None:
+                    self._graphs.dropped(namespace, collection_name(namespace))
                 self._upsert(namespace, ids, vectors)
+            self._wrote(namespace, "upsert", ids, vectors)
 
     def _upsert(self, namespace: str, ids: Sequence[str], vectors: np.ndarray[Any, Any]) -> None:
         col = self._collection(namespace)
@@ -296,12 +366,16 @@ class ChromaIndex:
             col = self._collection(namespace)
             for i in range(0, len(ids), 4000):
                 col.delete(ids=list(ids[i : i + 4000]))
+            self._wrote(namespace, "delete", ids, None)
 
     def drop(self, namespace: str) -> None:
         """Delete the namespace's collection, its segment files with it (erasure of a
         whole namespace). A later write makes a new, empty one."""
         with self._guard("drop"), self._locked(True):
             self._collections.pop(namespace, None)
+            if self._graphs is not None:
+                self._graphs.dropped(namespace, collection_name(namespace))
+            self._wrote(namespace, "drop", (), None)
             try:
                 self._ensure().delete_collection(collection_name(namespace))
             except Exception as exc:  # chromadb: NotFoundError / ValueError for a missing one
@@ -309,9 +383,27 @@ class ChromaIndex:
                     raise
 
     def query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
+        return self._query(namespace, vectors, n, self._graphs is not None)
+
+    def chroma_query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
+        """:meth:`query` asked of Chroma itself, never of an in-process graph (the
+        benchmark's bare vector search)."""
+        return self._query(namespace, vectors, n, False)
+
+    def _query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int,
+               graph: bool) -> list[list[tuple[str, float]]]:
         matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if n <= 0 or not len(matrix):
             return [[] for _ in range(len(matrix))]
+        if graph and self._graphs is not None:
+            # Without the folder's lock: a writer bumps the generation after its write,
+            # inside its lock, so a graph at the generation read here holds every write
+            # finished before this query began.
+            with self._mutex:
+                found = self._graphs.search(namespace, collection_name(namespace), matrix, n,
+                                            self._namespace_generation(namespace))
+            if found is not None:
+                return found
         with self._guard("query"), self._locked(False):
             col = self._collection(namespace)
             try:
@@ -350,6 +442,8 @@ class ChromaIndex:
         return out
 
     def close(self) -> None:
+        if self._graphs is not None:
+            self._graphs.close(collection_name)  # (before the mutex: a build may wait for it)
         self._collections.clear()
         if self._client is not None and self._owns_client:
             close = getattr(self._client, "close", None)

@@ -1,0 +1,323 @@
+"""The in-process vector graphs (``retrieval.in_memory_vectors``, hybrid_memory.store.graph).
+
+An embedded :class:`ChromaIndex` keeps a namespace's vectors in an HNSW graph in
+the process, built on a thread after the namespace's first query, and answers
+queries from it. These tests hold its answers against Chroma's after every kind
+of write, check that a copy is saved at close and loaded again, that it gives way
+to Chroma as soon as another handle (another process) wrote, that a crash between
+a save and a write never lets a stale copy answer, that an erased vector stays in
+no saved file, and that retrieval answers the same with the graphs and without
+them, in English and Chinese. Vectors come from the real model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hybrid_memory import ROOT, MemoryTree
+from hybrid_memory.store.graph import Graph, remove_saved
+from hybrid_memory.store.vectors import GRAPH_FOLDER, ChromaIndex, collection_name
+
+NS = "t"
+
+TEXTS = [
+    "The flight to Lisbon leaves at 9:40 from gate B12",
+    "Alice prefers window seats on long flights",
+    "The hotel booking for the Porto trip is confirmed",
+    "Ticket TKT-90: the printer on floor 3 will not connect",
+    "The printer driver was reinstalled on Tuesday",
+    "Finance asked for the taxi receipt too",
+    "报销单 EXP-31：上海出差的酒店发票",
+    "酒店发票金额是八百元",
+    "打印机驱动已经重装",
+    "重试间隔改为两秒",
+    "The upload retries now wait two seconds",
+    "Bob will review the pull request tomorrow",
+]
+
+
+@pytest.fixture
+def vectors(embedder: Any) -> dict[str, np.ndarray[Any, Any]]:
+    return dict(zip(TEXTS, embedder.embed(TEXTS), strict=True))
+
+
+def _ids(n: int) -> list[str]:
+    return [f"n{i:03d}" for i in range(n)]
+
+
+def _graph_index(folder: Path) -> ChromaIndex:
+    return ChromaIndex(folder / "chroma", graphs=True)
+
+
+def _ready(index: ChromaIndex, probe: np.ndarray[Any, Any]) -> None:
+    """Ask once (that starts the copy) and wait for it."""
+    index.query(NS, probe[None, :], 1)
+    assert index.wait_for_graph(NS, timeout=60)
+
+
+def _same(index: ChromaIndex, probes: np.ndarray[Any, Any], n: int) -> None:
+    """The graph and Chroma name the same nodes, nearest first, at the same similarities."""
+    got, want = index.query(NS, probes, n), index.chroma_query(NS, probes, n)
+    assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in want]
+    for g_row, w_row in zip(got, want, strict=True):
+        assert np.allclose([s for _, s in g_row], [s for _, s in w_row], atol=1e-4)
+
+
+# -- the graph alone ----------------------------------------------------------------------
+
+
+def test_a_graph_finds_what_was_written_and_not_what_was_deleted(vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    g = Graph(None)
+    assert g.search(matrix[:1], 5) == [[]]  # empty: no dimension yet, no answer
+    g.upsert(ids, matrix)
+    exact = np.argsort(-(matrix @ matrix.T), axis=1)
+    for row, found in enumerate(g.search(matrix, 4)):
+        assert [i for i, _ in found] == [ids[j] for j in exact[row, :4]]
+        assert found[0][1] == pytest.approx(1.0, abs=1e-5)
+    g.delete([ids[0], ids[0], "unknown"])
+    assert g.live == len(ids) - 1
+    assert ids[0] not in {i for i, _ in g.search(matrix[:1], len(ids))[0]}
+    assert len(g.search(matrix[:1], 100)[0]) == len(ids) - 1  # never more than it holds
+    g.upsert([ids[0]], matrix[:1])  # restored: found again, under its old label
+    assert g.search(matrix[:1], 1)[0][0][0] == ids[0]
+    assert g.live == len(ids)
+    with pytest.raises(ValueError, match="dimension"):
+        g.upsert(["other"], np.ones((1, 7), dtype=np.float32))
+
+
+def test_a_saved_graph_answers_alike_and_keeps_no_deleted_vector(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    g = Graph(None)
+    g.upsert(ids, matrix)
+    g.delete([ids[3]])
+    with pytest.raises(ValueError, match="scrub"):
+        g.save(tmp_path, "g", 7)
+    assert g.holds_deleted() and g.scrub() and not g.holds_deleted()
+    g.save(tmp_path, "g", 7)
+    loaded = Graph.load(tmp_path, "g")
+    assert loaded is not None
+    h, generation = loaded
+    assert generation == 7 and h.live == g.live == len(ids) - 1
+    assert h.search(matrix, 5) == g.search(matrix, 5)
+    # The deleted vector (stored normalised, float32) is in none of the saved files.
+    gone = (matrix[3] / np.linalg.norm(matrix[3])).astype(np.float32).tobytes()
+    kept = (matrix[4] / np.linalg.norm(matrix[4])).astype(np.float32).tobytes()
+    saved = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert kept in saved and gone not in saved
+    # A second save replaces the first one's files; removing leaves nothing.
+    h.save(tmp_path, "g", 8)
+    assert len(list(tmp_path.iterdir())) == 3 and Graph.load(tmp_path, "g")[1] == 8  # type: ignore[index]
+    remove_saved(tmp_path, "g")
+    assert list(tmp_path.iterdir()) == [] and Graph.load(tmp_path, "g") is None
+
+
+def test_a_damaged_saved_graph_is_not_used(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    g = Graph(None)
+    g.upsert(_ids(len(vectors)), np.stack(list(vectors.values())))
+    g.save(tmp_path, "g", 1)
+    manifest = json.loads((tmp_path / "g.json").read_text())
+    (tmp_path / f"g-{manifest['token']}.ids.json").write_text("[not json")
+    assert Graph.load(tmp_path, "g") is None
+
+
+# -- the graphs of an embedded Chroma folder ----------------------------------------------
+
+
+def test_the_graph_answers_as_chroma_after_every_kind_of_write(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    index = _graph_index(tmp_path)
+    try:
+        index.upsert(NS, ids[:8], matrix[:8])
+        assert not index.wait_for_graph(NS)  # nothing asked yet: no copy
+        _ready(index, matrix[0])
+        _same(index, matrix, 5)
+        index.upsert(NS, ids[8:], matrix[8:])  # new nodes
+        _same(index, matrix, 6)
+        moved = matrix[5] + matrix[9]
+        index.upsert(NS, [ids[1]], (moved / np.linalg.norm(moved))[None, :])  # a node's vector changed
+        _same(index, matrix, 6)
+        index.delete(NS, ids[2:4])
+        _same(index, matrix, len(ids))
+        index.upsert(NS, [ids[2]], matrix[2:3])  # restored
+        _same(index, matrix, 6)
+        graphs = index._graphs
+        assert graphs is not None and (graphs.builds, graphs.loads) == (1, 0)
+        assert index.wait_for_graph(NS)  # it followed every write: still the answering copy
+    finally:
+        index.close()
+
+
+def test_a_closed_index_saves_its_graph_and_the_next_loads_it(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    first = _graph_index(tmp_path)
+    first.upsert(NS, ids, matrix)
+    _ready(first, matrix[0])
+    before = first.query(NS, matrix, 5)
+    first.close()
+    saved = tmp_path / "chroma" / GRAPH_FOLDER / f"{collection_name(NS)}.json"
+    assert saved.is_file()
+
+    second = _graph_index(tmp_path)
+    try:
+        _ready(second, matrix[0])
+        assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
+        assert second.query(NS, matrix, 5) == before
+        # A handle that writes before it asks loads the saved copy and replays the write.
+    finally:
+        second.close()
+    third = _graph_index(tmp_path)
+    try:
+        third.delete(NS, [ids[0]])  # a delete removes the saved copy at once (it holds the vector)
+        assert not saved.exists()
+    finally:
+        third.close()
+
+
+def test_a_write_before_the_first_query_is_replayed_on_the_saved_graph(tmp_path: Path,
+                                                                        vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    first = _graph_index(tmp_path)
+    first.upsert(NS, ids[:-1], matrix[:-1])
+    _ready(first, matrix[0])
+    first.close()
+    second = _graph_index(tmp_path)
+    try:
+        second.upsert(NS, ids[-1:], matrix[-1:])  # starts loading the saved copy; the write is journaled
+        assert second.wait_for_graph(NS, timeout=60)
+        assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
+        assert second.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
+        _same(second, matrix, 5)
+    finally:
+        second.close()
+
+
+def test_another_writer_makes_chroma_answer_until_a_new_copy_is_built(tmp_path: Path,
+                                                                      vectors: dict[str, Any]) -> None:
+    """Two indexes on one folder stand for two processes: each one's writes are
+    unknown to the other's graph."""
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    mine, theirs = _graph_index(tmp_path), _graph_index(tmp_path)
+    try:
+        mine.upsert(NS, ids[:-1], matrix[:-1])
+        _ready(mine, matrix[0])
+        theirs.upsert(NS, ids[-1:], matrix[-1:])
+        # The graph lacks the other writer's node: Chroma answers, and finds it.
+        assert mine.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
+        assert mine.wait_for_graph(NS, timeout=60)  # a new copy, built with it
+        assert mine._graphs is not None and mine._graphs.builds == 2
+        _same(mine, matrix, 5)
+        theirs.delete(NS, ids[:1])
+        assert ids[0] not in {i for i, _ in mine.query(NS, matrix[:1], len(ids))[0]}
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_a_crash_after_a_save_never_lets_the_saved_graph_answer(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    first = _graph_index(tmp_path)
+    first.upsert(NS, ids[:-1], matrix[:-1])
+    _ready(first, matrix[0])
+    first.close()
+    crashed = _graph_index(tmp_path)
+    crashed.upsert(NS, ids[-1:], matrix[-1:])  # ...and never closed: its copy is not saved
+    crashed.wait_for_graph(NS, timeout=60)
+    crashed._graphs = None  # (what a killed process leaves: nothing more is written)
+    later = _graph_index(tmp_path)
+    try:
+        assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
+        assert later.wait_for_graph(NS, timeout=60)
+        assert later._graphs is not None and later._graphs.builds == 1  # built, not the stale saved one
+        assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
+    finally:
+        later.close()
+        crashed.close()
+
+
+def test_a_dropped_namespace_leaves_no_graph_and_others_keep_theirs(tmp_path: Path, vectors: dict[str, Any]) -> None:
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    index = _graph_index(tmp_path)
+    try:
+        for ns in (NS, "other"):
+            index.upsert(ns, ids, matrix)
+            index.query(ns, matrix[:1], 1)
+            assert index.wait_for_graph(ns, timeout=60)
+        index.drop(NS)
+        assert index.query(NS, matrix[:1], 3) == [[]]
+        assert index.query("other", matrix[:1], 1)[0][0][0] == ids[0]
+        assert index.wait_for_graph("other")
+        index.upsert(NS, ids[:2], matrix[:2])  # the namespace starts again
+        assert [i for i, _ in index.query(NS, matrix[:1], 3)[0]] == ids[:2]
+    finally:
+        index.close()
+    files = {p.name for p in (tmp_path / "chroma" / GRAPH_FOLDER).iterdir()}
+    assert any(name.startswith(collection_name("other") + "-") for name in files)
+
+
+def test_graphs_are_off_when_asked_and_for_a_server_url(tmp_path: Path) -> None:
+    assert ChromaIndex(tmp_path / "chroma")._graphs is None
+    assert ChromaIndex(url="http://127.0.0.1:9")._graphs is None
+    assert not ChromaIndex(url="http://127.0.0.1:9").wait_for_graph(NS)
+
+
+# -- retrieval ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_retrieval_answers_the_same_with_the_graph(open_memory: Any, tmp_path: Path, lang: str) -> None:
+    """A memory answering from its graph and one asking Chroma (each its own
+    folder, written alike) give the same answers while writes go on between
+    queries; the graph followed every write, and the next handle loads it."""
+    with_graph = open_memory(folder=tmp_path / "graph", dedup={"enabled": False})
+    plain = open_memory(folder=tmp_path / "plain", dedup={"enabled": False},
+                        retrieval={"in_memory_vectors": False})
+    if lang == "zh":
+        tasks = ["报销单 EXP-31：上海出差的酒店发票", "工单 TKT-90：打印机无法连接", "代码变更：上传超时重试"]
+        notes = ["酒店发票金额是八百元", "打印机驱动已经重装", "重试间隔改为两秒", "财务要求补充出租车发票",
+                 "出租车发票已经补交", "打印机在三楼"]
+        queries = ["酒店发票金额是多少？", "打印机的问题解决了吗？", "上传重试的间隔是多少？", "财务要求补充什么？"]
+    else:
+        tasks = ["Expense claim EXP-31: hotel invoice for the Shanghai trip", "Ticket TKT-90: printer will not connect",
+                 "Code change: retry uploads on timeout"]
+        notes = ["The hotel invoice totals 800 yuan", "The printer driver was reinstalled",
+                 "Retries now wait two seconds", "Finance asked for the taxi receipt too",
+                 "The taxi receipt was handed in", "The printer is on floor 3"]
+        queries = ["How much is the hotel invoice?", "Was the printer fixed?", "How long do upload retries wait?",
+                   "What did finance ask for?"]
+
+    def answer(mem: MemoryTree, q: str) -> list[tuple[str, str, float]]:
+        return [(s.node.content, s.reason, round(s.score, 9)) for s in mem.retrieve(q, reinforce=False).nodes]
+
+    heads = {id(m): [m.add(t, type="task", parent=ROOT) for t in tasks] for m in (with_graph, plain)}
+    for i, note in enumerate(notes):
+        for m in (with_graph, plain):
+            node = m.add(note, type="fact", parent=heads[id(m)][i % len(tasks)])
+            if i == 3:
+                m.archive(node)
+        for q in queries:
+            assert answer(with_graph, q) == answer(plain, q)
+        assert with_graph._index.wait_for_graph(with_graph.namespace, timeout=60)
+    graphs = with_graph._index._graphs
+    assert graphs is not None and graphs.builds == 1
+    assert plain._index._graphs is None
+    with_graph.close()
+    again = open_memory(folder=tmp_path / "graph", dedup={"enabled": False})
+    again.retrieve(queries[0])
+    assert again._index.wait_for_graph(again.namespace, timeout=60)
+    assert again._index._graphs.loads == 1 and again._index._graphs.builds == 0
+    for q in queries:
+        assert answer(again, q) == answer(plain, q)
