@@ -321,3 +321,26 @@ def test_retrieval_answers_the_same_with_the_graph(open_memory: Any, tmp_path: P
     assert again._index._graphs.loads == 1 and again._index._graphs.builds == 0
     for q in queries:
         assert answer(again, q) == answer(plain, q)
+
+
+def test_deleting_most_of_a_namespace_drops_the_graph_for_a_compact_one(tmp_path: Path,
+                                                                          vectors: dict[str, Any]) -> None:
+    """A reindex deletes every vector and writes them again: the graph is dropped
+    and built anew when next asked, not written over slot by slot."""
+    base = np.stack(list(vectors.values()))
+    noise = np.random.default_rng(0).normal(scale=0.05, size=(1500, base.shape[1])).astype(np.float32)
+    matrix = base[np.arange(1500) % len(base)] + noise
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    ids = _ids(len(matrix))
+    index = _graph_index(tmp_path)
+    try:
+        index.upsert(NS, ids, matrix)
+        _ready(index, matrix[0])
+        index.delete(NS, ids[:1200])
+        assert not index._graphs.ready(NS)  # type: ignore[union-attr]
+        index.upsert(NS, ids[:1200], matrix[:1200])
+        _ready(index, matrix[0])
+        assert index._graphs.builds == 2  # type: ignore[union-attr]
+        _same(index, matrix[::50], 10)
+    finally:
+        index.close()

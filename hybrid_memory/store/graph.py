@@ -294,7 +294,12 @@ class Graphs:
                 copy.graph, copy.generation = None, -1
                 self._start(namespace, name)
                 return None
-            return copy.graph.search(matrix, n)
+            try:
+                return copy.graph.search(matrix, n)
+            except RuntimeError as exc:  # hnswlib found fewer than asked (a graph of many deletions)
+                log.info("the vector graph of namespace %r is built again: %s", namespace, exc)
+                copy.graph, copy.generation = None, -1
+                return None
 
     def written(self, namespace: str, name: str, before: int, after: int, kind: str, ids: Sequence[str],
                 vectors: np.ndarray[Any, Any] | None) -> None:
@@ -322,6 +327,13 @@ class Graphs:
                 return
             if copy.generation != before:
                 copy.graph, copy.generation = None, -1  # missed a write: built again when next asked
+                return
+            if kind == "delete" and len(ids) > max(copy.graph.live // 2, 1000):
+                # Most of the namespace at once (a reindex): a compact copy is built when
+                # next asked, rather than each node's slot written over again.
+                copy.graph, copy.generation = None, -1
+                if saved:
+                    remove_saved(self._folder, name)
                 return
             try:
                 _apply(copy.graph, kind, ids, vectors)
