@@ -55,9 +55,18 @@ def _graph_index(folder: Path) -> ChromaIndex:
 
 
 def _ready(index: ChromaIndex, probe: np.ndarray[Any, Any]) -> None:
-    """Ask once (that starts the copy) and wait for it."""
+    """Ask twice (a handle's second query starts the copy) and wait for it."""
+    index.query(NS, probe[None, :], 1)
     index.query(NS, probe[None, :], 1)
     assert index.wait_for_graph(NS, timeout=60)
+
+
+def _saved_without_last(folder: Path, matrix: np.ndarray[Any, Any], ids: list[str]) -> None:
+    """A folder whose graph was saved at close, holding every vector but the last."""
+    first = _graph_index(folder)
+    first.upsert(NS, ids[:-1], matrix[:-1])
+    _ready(first, matrix[0])
+    first.close()
 
 
 def _same(index: ChromaIndex, probes: np.ndarray[Any, Any], n: int) -> None:
@@ -138,6 +147,8 @@ def test_the_graph_answers_as_chroma_after_every_kind_of_write(tmp_path: Path, v
     try:
         index.upsert(NS, ids[:8], matrix[:8])
         assert not index.wait_for_graph(NS)  # nothing asked yet: no copy
+        _same(index, matrix, 5)  # (Chroma answering: one query reads no graph, as a command asks once)
+        assert not index.wait_for_graph(NS)
         _ready(index, matrix[0])
         _same(index, matrix, 5)
         index.upsert(NS, ids[8:], matrix[8:])  # new nodes
@@ -172,7 +183,6 @@ def test_a_closed_index_saves_its_graph_and_the_next_loads_it(tmp_path: Path, ve
         _ready(second, matrix[0])
         assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
         assert second.query(NS, matrix, 5) == before
-        # A handle that writes before it asks loads the saved copy and replays the write.
     finally:
         second.close()
     third = _graph_index(tmp_path)
@@ -187,14 +197,11 @@ def test_a_write_before_the_first_query_is_replayed_on_the_saved_graph(tmp_path:
                                                                         vectors: dict[str, Any]) -> None:
     matrix = np.stack(list(vectors.values()))
     ids = _ids(len(matrix))
-    first = _graph_index(tmp_path)
-    first.upsert(NS, ids[:-1], matrix[:-1])
-    _ready(first, matrix[0])
-    first.close()
+    _saved_without_last(tmp_path, matrix, ids)
     second = _graph_index(tmp_path)
     try:
-        second.upsert(NS, ids[-1:], matrix[-1:])  # starts loading the saved copy; the write is journaled
-        assert second.wait_for_graph(NS, timeout=60)
+        second.upsert(NS, ids[-1:], matrix[-1:])  # kept, to be replayed on the saved copy
+        _ready(second, matrix[0])
         assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
         assert second.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
         _same(second, matrix, 5)
@@ -228,18 +235,15 @@ def test_another_writer_makes_chroma_answer_until_a_new_copy_is_built(tmp_path: 
 def test_a_crash_after_a_save_never_lets_the_saved_graph_answer(tmp_path: Path, vectors: dict[str, Any]) -> None:
     matrix = np.stack(list(vectors.values()))
     ids = _ids(len(matrix))
-    first = _graph_index(tmp_path)
-    first.upsert(NS, ids[:-1], matrix[:-1])
-    _ready(first, matrix[0])
-    first.close()
+    _saved_without_last(tmp_path, matrix, ids)
     crashed = _graph_index(tmp_path)
     crashed.upsert(NS, ids[-1:], matrix[-1:])  # ...and never closed: its copy is not saved
-    crashed.wait_for_graph(NS, timeout=60)
+    _ready(crashed, matrix[0])
     crashed._graphs = None  # (what a killed process leaves: nothing more is written)
     later = _graph_index(tmp_path)
     try:
         assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
-        assert later.wait_for_graph(NS, timeout=60)
+        _ready(later, matrix[-1])
         assert later._graphs is not None and later._graphs.builds == 1  # built, not the stale saved one
         assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
     finally:
@@ -254,6 +258,7 @@ def test_a_dropped_namespace_leaves_no_graph_and_others_keep_theirs(tmp_path: Pa
     try:
         for ns in (NS, "other"):
             index.upsert(ns, ids, matrix)
+            index.query(ns, matrix[:1], 1)
             index.query(ns, matrix[:1], 1)
             assert index.wait_for_graph(ns, timeout=60)
         index.drop(NS)
@@ -316,6 +321,8 @@ def test_retrieval_answers_the_same_with_the_graph(open_memory: Any, tmp_path: P
     assert plain._index._graphs is None
     with_graph.close()
     again = open_memory(folder=tmp_path / "graph", dedup={"enabled": False})
+    again.retrieve(queries[0])
+    assert not again._index.wait_for_graph(again.namespace)  # a handle that asks once reads none
     again.retrieve(queries[0])
     assert again._index.wait_for_graph(again.namespace, timeout=60)
     assert again._index._graphs.loads == 1 and again._index._graphs.builds == 0

@@ -239,7 +239,7 @@ class _Copy:
     #: The namespace generation the graph holds (-1: none yet).
     generation: int = -1
     #: Writes made while the copy was being loaded or built: (before, after, kind, ids, vectors).
-    journal: list[tuple[int, int, str, list[str], Any]] = field(default_factory=list)
+    journal: list[_Entry] = field(default_factory=list)
     thread: threading.Thread | None = None
     #: Copies given up because another process wrote the namespace; past _MAX_LOST,
     #: Chroma answers for the rest of the handle's life.
@@ -271,6 +271,10 @@ class Graphs:
         self._snapshot = snapshot
         self._generation = generation
         self._copies: dict[str, _Copy] = {}
+        #: Queries asked of each namespace without a copy; writes made before its copy
+        #: was started (None: too many, or none worth keeping: a copy will be built).
+        self._asked: dict[str, int] = {}
+        self._early: dict[str, list[_Entry] | None] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         #: How many copies were loaded from disk and built from Chroma (for tests and benches).
@@ -283,9 +287,14 @@ class Graphs:
         """The graph's answer, or None when it has none at ``generation`` (Chroma answers)."""
         with self._lock:
             copy = self._copies.get(namespace)
-            if copy is None or copy.failed or copy.thread is not None:
-                if copy is None:
+            if copy is None:
+                # From a handle's second query on, as the lexicon: a command that asks
+                # once never reads (or waits for) a whole graph.
+                self._asked[namespace] = self._asked.get(namespace, 0) + 1
+                if self._asked[namespace] > 1:
                     self._start(namespace, name)
+                return None
+            if copy.failed or copy.thread is not None:
                 return None
             if copy.generation != generation or copy.graph is None:
                 if copy.generation >= 0:  # another process wrote the namespace
@@ -310,17 +319,21 @@ class Graphs:
             copy = self._copies.get(namespace)
             saved = (self._folder / f"{name}.json").exists()
             if copy is None:
+                early = self._early.setdefault(namespace, [])
                 if kind == "delete" and saved:
                     remove_saved(self._folder, name)  # it may hold the deleted vector
                     saved = False
-                if not saved:
+                if not saved or early is None:
+                    self._early[namespace] = None  # a copy will have to be built
                     return
-                # A handle that writes before it asks: load the saved copy now, so the
-                # write can be replayed on it instead of building the copy again.
-                copy = self._start(namespace, name)
+                # A handle that writes before it asks: its writes are kept, to be
+                # replayed on the saved copy once it is loaded, up to a point.
+                early.append(_entry(before, after, kind, ids, vectors))
+                if sum(len(e[3]) for e in early) > _EARLY_MAX:
+                    self._early[namespace] = None
+                return
             if copy.thread is not None:
-                copy.journal.append((before, after, kind, list(ids),
-                                     None if vectors is None else np.array(vectors, dtype=np.float32)))
+                copy.journal.append(_entry(before, after, kind, ids, vectors))
                 copy.saved_stale |= kind == "delete"
                 return
             if copy.graph is None or copy.failed:
@@ -397,7 +410,7 @@ class Graphs:
         copy = self._copies.setdefault(namespace, _Copy())
         if copy.failed or copy.thread is not None or self._stop.is_set():
             return copy
-        copy.journal.clear()
+        copy.journal = self._early.pop(namespace, None) or []
         copy.thread = threading.Thread(target=self._prepare, args=(namespace, name, copy),
                                        name="hybrid_memory-graph", daemon=True)
         copy.thread.start()
@@ -481,6 +494,17 @@ class Graphs:
 
 class _Stopped(Exception):
     pass
+
+
+_Entry = tuple[int, int, str, list[str], Any]
+#: Vectors written before a namespace's copy was started that are kept to replay
+#: on the saved copy, at most.
+_EARLY_MAX = 20000
+
+
+def _entry(before: int, after: int, kind: str, ids: Sequence[str], vectors: np.ndarray[Any, Any] | None) -> _Entry:
+    """A journaled write (its vectors copied: the caller's array may change)."""
+    return before, after, kind, list(ids), None if vectors is None else np.array(vectors, dtype=np.float32)
 
 
 def _apply(graph: Graph, kind: str, ids: Sequence[str], vectors: np.ndarray[Any, Any] | None) -> None:
