@@ -1,7 +1,7 @@
 """The in-process vector graphs (``retrieval.in_memory_vectors``, hybrid_memory.store.graph).
 
 An embedded :class:`ChromaIndex` keeps a namespace's vectors in an HNSW graph in
-the process, built on a thread after the namespace's first query, and answers
+the process, built on a thread from the namespace's second query on, and answers
 queries from it. These tests hold its answers against Chroma's after every kind
 of write, check that a copy is saved at close and loaded again, that it gives way
 to Chroma as soon as another handle (another process) wrote, that a crash between

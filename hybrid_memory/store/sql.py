@@ -140,9 +140,14 @@ nodes = Table(
     # Dedup: the live memories of one type in one branch (SQLite's planner, without
     # statistics, would otherwise seek hm_nodes_kind and read every node of the type).
     Index("hm_nodes_group", "namespace", "branch_id", "type", "status"),
+    # A forget pass reads the same few columns of every live node: off this index
+    # alone, not the rows, which hold the content and the embedding (about 4 KB a
+    # node: at a million nodes, 4 GB of pages against some 200 MB).
+    Index("hm_nodes_forget", "namespace", "status", "id", "parent_id", "type", "branch_id", "pinned",
+          "importance", "confidence", "access_count", "created_at", "updated_at", "accessed_at", "active_at"),
 )
 #: Indexes added after the first stores were made: created on open where missing.
-_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group")
+_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group", "hm_nodes_forget")
 
 terms = Table(
     "hm_terms",
@@ -345,6 +350,10 @@ class _Q:
     more_branches = (select(nodes.c.branch_id).where(nodes.c.namespace == bindparam("ns"), live)
                      .distinct().limit(bindparam("limit", type_=Integer)))
     live_count = select(func.count()).where(nodes.c.namespace == bindparam("ns"), live)
+    # SQLite: off the narrowest index that has both columns. Without statistics its
+    # planner takes the widest, hm_nodes_forget, and reads 1.5x the pages.
+    live_count_sqlite = (f"SELECT count(*) FROM {nodes.name} INDEXED BY hm_nodes_branch "
+                         f"WHERE namespace = ? AND status = '{Status.LIVE.value}'")
     last_seq = select(func.max(oplog.c.seq)).where(oplog.c.namespace == bindparam("ns"))
     pending_upserts = (select(outbox.c.node_id, func.max(outbox.c.seq).label("last"))
                        .where(outbox.c.namespace == bindparam("ns"), outbox.c.action == "upsert")
@@ -806,7 +815,7 @@ class SqlStore:
         """``columns`` of every live node as plain tuples, for a pass over the whole
         namespace (forget): on SQLite read through the driver's cursor, since building
         SQLAlchemy rows costs about as much as the read itself at a million nodes."""
-        q = select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+        q = live_select(namespace, columns)
         if not self.is_sqlite:
             return cast("list[tuple[Any, ...]]", conn.execute(q).all())
         compiled = q.compile(dialect=conn.dialect)
@@ -1116,6 +1125,9 @@ class SqlStore:
             conn.execute(update(settings).where(settings.c.key == key).values(value=value))
 
     def live_count(self, conn: Connection, namespace: str) -> int:
+        if self.is_sqlite:
+            raw = conn.connection.driver_connection
+            return int(raw.execute(_Q.live_count_sqlite, (namespace,)).fetchone()[0])  # type: ignore[union-attr]
         return int(conn.execute(_Q.live_count, {"ns": namespace}).scalar_one())
 
     # -- the operation log, the outbox, cursors and checkpoints ---------------------
@@ -1330,6 +1342,11 @@ def _postings_counted(namespace: str | None = None) -> Any:
     if namespace is not None:
         q = q.where(terms.c.namespace == namespace)
     return q.group_by(terms.c.namespace, terms.c.term)
+
+
+def live_select(namespace: str, columns: Sequence[Any]) -> Any:
+    """``columns`` of the namespace's live nodes (what :meth:`SqlStore.live_columns` reads)."""
+    return select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
 
 
 def _chunks(items: list[T], n: int) -> Iterator[list[T]]:

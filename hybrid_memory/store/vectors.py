@@ -113,7 +113,7 @@ class ChromaIndex:
     the index (an unreachable server included) is raised as ``StorageError``.
 
     ``graphs`` (a folder only): keep each namespace's vectors in an HNSW graph in
-    this process as well, built on a thread after the namespace's first query, and
+    this process as well, built on a thread from the namespace's second query on, and
     answer queries from it (see :mod:`hybrid_memory.store.graph`). Every write to a
     folder bumps its namespace's own generation too, so a copy knows when another
     process wrote.
