@@ -351,3 +351,25 @@ def test_deleting_most_of_a_namespace_drops_the_graph_for_a_compact_one(tmp_path
         _same(index, matrix[::50], 10)
     finally:
         index.close()
+
+
+def test_too_many_writes_before_the_first_query_build_the_graph_afresh(
+        tmp_path: Path, vectors: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes made before a handle's copy starts are kept to replay on the saved copy,
+    up to a point; past it the saved copy is removed and a new one is built."""
+    from hybrid_memory.store import graph as graph_module
+
+    monkeypatch.setattr(graph_module, "_EARLY_MAX", 2)
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    _saved_without_last(tmp_path, matrix[:-3], ids[:-3])
+    index = _graph_index(tmp_path)
+    try:
+        for i in range(len(ids) - 4, len(ids)):
+            index.upsert(NS, ids[i : i + 1], matrix[i : i + 1])
+        assert not (tmp_path / "chroma" / GRAPH_FOLDER / f"{collection_name(NS)}.json").exists()
+        _ready(index, matrix[0])
+        assert index._graphs is not None and (index._graphs.builds, index._graphs.loads) == (1, 0)
+        _same(index, matrix, 5)
+    finally:
+        index.close()

@@ -276,6 +276,7 @@ class Graphs:
         #: was started (None: too many, or none worth keeping: a copy will be built).
         self._asked: dict[str, int] = {}
         self._early: dict[str, list[_Entry] | None] = {}
+        self._early_n: dict[str, int] = {}  # (vectors in each namespace's early writes)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         #: How many copies were loaded from disk and built from Chroma (for tests and benches).
@@ -330,8 +331,10 @@ class Graphs:
                 # A handle that writes before it asks: its writes are kept, to be
                 # replayed on the saved copy once it is loaded, up to a point.
                 early.append(_entry(before, after, kind, ids, vectors))
-                if sum(len(e[3]) for e in early) > _EARLY_MAX:
-                    self._early[namespace] = None
+                self._early_n[namespace] = self._early_n.get(namespace, 0) + len(ids)
+                if self._early_n[namespace] > _EARLY_MAX:
+                    self._early[namespace] = None  # (the saved copy can no longer catch up)
+                    remove_saved(self._folder, name)
                 return
             if copy.thread is not None:
                 copy.journal.append(_entry(before, after, kind, ids, vectors))
@@ -412,6 +415,7 @@ class Graphs:
         if copy.failed or copy.thread is not None or self._stop.is_set():
             return copy
         copy.journal = self._early.pop(namespace, None) or []
+        self._early_n.pop(namespace, None)
         copy.thread = threading.Thread(target=self._prepare, args=(namespace, name, copy),
                                        name="hybrid_memory-graph", daemon=True)
         copy.thread.start()
