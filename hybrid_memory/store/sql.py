@@ -48,6 +48,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Dialect, Engine, Row
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.schema import CreateIndex
 from sqlalchemy.types import TypeDecorator
 
 from ..crypto import KEY_ENV, KEY_FILE_ENV, Keyring, missing_keys
@@ -140,12 +141,20 @@ nodes = Table(
     # Dedup: the live memories of one type in one branch (SQLite's planner, without
     # statistics, would otherwise seek hm_nodes_kind and read every node of the type).
     Index("hm_nodes_group", "namespace", "branch_id", "type", "status"),
-    # A forget pass reads the same few columns of every live node: off this index
-    # alone, not the rows, which hold the content and the embedding (about 4 KB a
-    # node: at a million nodes, 4 GB of pages against some 200 MB).
-    Index("hm_nodes_forget", "namespace", "status", "id", "parent_id", "type", "branch_id", "pinned",
-          "importance", "confidence", "access_count", "created_at", "updated_at", "accessed_at", "active_at"),
 )
+# SQLite: a forget pass reads the same few columns of every live node, off this index
+# alone rather than the rows, which hold the content and the embedding (about 4 KB a
+# node: at a million nodes, 4 GB of pages against some 200 MB). It leads with an
+# expression (namespace || '') that no other statement names, so only the pass, which
+# asks for it by name, reads it: SQLite's planner, without statistics, took it for
+# the dedup read of every write (it also yields ids in order) and scanned the whole
+# namespace there. PostgreSQL reads the path as well in that pass: not made there.
+FORGET_INDEX = Index(
+    "hm_nodes_forget", nodes.c.namespace.concat(""), nodes.c.status, nodes.c.id, nodes.c.parent_id, nodes.c.type,
+    nodes.c.branch_id, nodes.c.pinned, nodes.c.importance, nodes.c.confidence, nodes.c.access_count,
+    nodes.c.created_at, nodes.c.updated_at, nodes.c.accessed_at, nodes.c.active_at,
+    nodes.c.namespace,  # (the column itself too, or SQLite reads each row for it)
+).ddl_if(dialect="sqlite")
 #: Indexes added after the first stores were made: created on open where missing.
 _LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group", "hm_nodes_forget")
 
@@ -350,10 +359,6 @@ class _Q:
     more_branches = (select(nodes.c.branch_id).where(nodes.c.namespace == bindparam("ns"), live)
                      .distinct().limit(bindparam("limit", type_=Integer)))
     live_count = select(func.count()).where(nodes.c.namespace == bindparam("ns"), live)
-    # SQLite: off the narrowest index that has both columns. Without statistics its
-    # planner takes the widest, hm_nodes_forget, and reads 1.5x the pages.
-    live_count_sqlite = (f"SELECT count(*) FROM {nodes.name} INDEXED BY hm_nodes_branch "
-                         f"WHERE namespace = ? AND status = '{Status.LIVE.value}'")
     last_seq = select(func.max(oplog.c.seq)).where(oplog.c.namespace == bindparam("ns"))
     pending_upserts = (select(outbox.c.node_id, func.max(outbox.c.seq).label("last"))
                        .where(outbox.c.namespace == bindparam("ns"), outbox.c.action == "upsert")
@@ -503,8 +508,9 @@ class SqlStore:
             metadata.create_all(conn)
             # create_all makes the indexes of new tables only.
             for index in nodes.indexes:
-                if index.name in _LATER_INDEXES:
-                    index.create(conn, checkfirst=True)
+                if index.name in _LATER_INDEXES and (self.is_sqlite or index is not FORGET_INDEX):
+                    # (IF NOT EXISTS: reflection does not see an index on an expression)
+                    conn.execute(CreateIndex(index, if_not_exists=True))
             if conn.execute(select(term_counts.c.term).limit(1)).first() is None and \
                     conn.execute(select(terms.c.term).limit(1)).first() is not None:
                 # A store made before the counts were kept: count its postings once.
@@ -815,13 +821,10 @@ class SqlStore:
         """``columns`` of every live node as plain tuples, for a pass over the whole
         namespace (forget): on SQLite read through the driver's cursor, since building
         SQLAlchemy rows costs about as much as the read itself at a million nodes."""
-        q = live_select(namespace, columns)
         if not self.is_sqlite:
-            return cast("list[tuple[Any, ...]]", conn.execute(q).all())
-        compiled = q.compile(dialect=conn.dialect)
-        params = [compiled.params[name] for name in compiled.positiontup or ()]
-        return cast("list[tuple[Any, ...]]",
-                    conn.connection.driver_connection.execute(compiled.string, params).fetchall())  # type: ignore[union-attr]
+            return cast("list[tuple[Any, ...]]", conn.execute(live_select(namespace, columns)).all())
+        return cast("list[tuple[Any, ...]]", conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+            sqlite_live_sql(columns), (namespace,)).fetchall())
 
     def lock_live_rows(self, conn: Connection, namespace: str, columns: Sequence[Any]) -> list[tuple[Any, ...]]:
         """:meth:`live_rows` for a write that decides on the whole namespace (forget):
@@ -1125,9 +1128,6 @@ class SqlStore:
             conn.execute(update(settings).where(settings.c.key == key).values(value=value))
 
     def live_count(self, conn: Connection, namespace: str) -> int:
-        if self.is_sqlite:
-            raw = conn.connection.driver_connection
-            return int(raw.execute(_Q.live_count_sqlite, (namespace,)).fetchone()[0])  # type: ignore[union-attr]
         return int(conn.execute(_Q.live_count, {"ns": namespace}).scalar_one())
 
     # -- the operation log, the outbox, cursors and checkpoints ---------------------
@@ -1345,8 +1345,16 @@ def _postings_counted(namespace: str | None = None) -> Any:
 
 
 def live_select(namespace: str, columns: Sequence[Any]) -> Any:
-    """``columns`` of the namespace's live nodes (what :meth:`SqlStore.live_columns` reads)."""
+    """``columns`` of the namespace's live nodes (what :meth:`SqlStore.live_columns`
+    reads on PostgreSQL)."""
     return select(*columns).where(nodes.c.namespace == namespace, nodes.c.status == Status.LIVE.value)
+
+
+def sqlite_live_sql(columns: Sequence[Any]) -> str:
+    """:func:`live_select` on SQLite, through ``hm_nodes_forget`` (one parameter: the
+    namespace): covering when ``columns`` are among FORGET_COLUMNS."""
+    return (f"SELECT {', '.join(c.name for c in columns)} FROM {nodes.name} INDEXED BY hm_nodes_forget "
+            f"WHERE namespace || '' = ? AND status = '{Status.LIVE.value}'")
 
 
 def _chunks(items: list[T], n: int) -> Iterator[list[T]]:
