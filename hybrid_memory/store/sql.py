@@ -143,8 +143,9 @@ nodes = Table(
     Index("hm_nodes_group", "namespace", "branch_id", "type", "status"),
 )
 # SQLite: a forget pass reads the same few columns of every live node, off this index
-# alone rather than the rows, which hold the content and the embedding (about 4 KB a
-# node: at a million nodes, 4 GB of pages against some 200 MB). It leads with an
+# alone rather than the rows, which hold the content and the embedding (at a million
+# nodes the table is about 2 GB, this index 174 MB; a cold pass 9.5-10.7 s against
+# 14-15 s, eval/BENCHMARKS.md). It leads with an
 # expression (namespace || '') that no other statement names, so only the pass, which
 # asks for it by name, reads it: SQLite's planner, without statistics, took it for
 # the dedup read of every write (it also yields ids in order) and scanned the whole
