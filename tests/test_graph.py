@@ -373,3 +373,35 @@ def test_too_many_writes_before_the_first_query_build_the_graph_afresh(
         _same(index, matrix, 5)
     finally:
         index.close()
+
+
+def test_writes_reach_the_graph_off_the_write_path_and_before_a_save(tmp_path: Path,
+                                                                      vectors: dict[str, Any]) -> None:
+    """A write to a ready copy is counted at once and inserted by the graph's own
+    thread; a search or a close that comes first applies it itself."""
+    import time
+
+    matrix = np.stack(list(vectors.values()))
+    ids = _ids(len(matrix))
+    index = _graph_index(tmp_path)
+    index.upsert(NS, ids[:6], matrix[:6])
+    _ready(index, matrix[0])
+    graphs = index._graphs
+    assert graphs is not None
+    index.upsert(NS, ids[6:9], matrix[6:9])
+    deadline = time.monotonic() + 30
+    while graphs._copies[NS].pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not graphs._copies[NS].pending  # the inserting thread applied it, unasked
+    _same(index, matrix, 5)
+    index.upsert(NS, ids[9:], matrix[9:])
+    index.delete(NS, ids[:1])
+    index.close()  # whatever is still pending goes into the saved copy
+    again = _graph_index(tmp_path)
+    try:
+        _ready(again, matrix[0])
+        assert again._graphs is not None and (again._graphs.loads, again._graphs.builds) == (1, 0)
+        _same(again, matrix, len(ids))
+        assert ids[0] not in {i for i, _ in again.query(NS, matrix[:1], len(ids))[0]}
+    finally:
+        again.close()
