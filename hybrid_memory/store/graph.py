@@ -330,15 +330,16 @@ class Graphs:
         """A write to Chroma, reported inside the lock that made it (generations
         ``before`` and ``after`` of the namespace). Never raises: the copy is dropped
         instead."""
+        def saved() -> bool:  # (a stat: not on the hot path of an upsert to a ready copy)
+            return (self._folder / f"{name}.json").exists()
+
         with self._lock:
             copy = self._copies.get(namespace)
-            saved = (self._folder / f"{name}.json").exists()
             if copy is None:
                 early = self._early.setdefault(namespace, [])
-                if kind == "delete" and saved:
+                if kind == "delete":
                     remove_saved(self._folder, name)  # it may hold the deleted vector
-                    saved = False
-                if not saved or early is None:
+                if kind == "delete" or early is None or not saved():
                     self._early[namespace] = None  # a copy will have to be built
                     return
                 # A handle that writes before it asks: its writes are kept, to be
@@ -362,8 +363,7 @@ class Graphs:
                 # Most of the namespace at once (a reindex): a compact copy is built when
                 # next asked, rather than each node's slot written over again.
                 _drop(copy)
-                if saved:
-                    remove_saved(self._folder, name)
+                remove_saved(self._folder, name)
                 return
             # The graph's inserts cost about 0.6 ms a vector at 100k: made on a thread of
             # their own (hnswlib lets go of the interpreter), off the write path.
@@ -374,7 +374,7 @@ class Graphs:
                                                   daemon=True)
                 self._inserter.start()
             self._wake.notify()
-            if kind == "delete" and saved:
+            if kind == "delete":
                 remove_saved(self._folder, name)
 
     def _insert(self) -> None:
@@ -403,13 +403,6 @@ class Graphs:
                 _drop(copy)
             if one:
                 return
-
-    def settle(self, namespace: str) -> None:
-        """Apply the namespace's pending writes now (a search does so too)."""
-        with self._lock:
-            copy = self._copies.get(namespace)
-            if copy is not None:
-                self._settle(copy)
 
     def dropped(self, namespace: str, name: str) -> None:
         """The namespace's collection was deleted: forget its copy and its files (a
