@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,13 +85,27 @@ def nearest(store: SqlStore, index: VectorIndex, namespace: str, vectors: np.nda
     where the other order could miss it in both."""
     matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
     with store.reading() if conn is None else contextlib.nullcontext(conn) as c:
-        ids = store.pending_upserts(c, namespace)
-        stored = store.embeddings(c, ids) if ids else {}
-    found = index.query(namespace, matrix, n)
-    if not stored:
+        waiting = outbox_vectors(store, namespace, c)
+    return merge_waiting(index.query(namespace, matrix, n), waiting, matrix, n)
+
+
+def outbox_vectors(store: SqlStore, namespace: str, conn: Connection) -> dict[str, np.ndarray[Any, Any]]:
+    """The stored embeddings of the nodes whose index upsert waits in the outbox: the
+    first half of :func:`nearest`, read before the index is asked."""
+    ids = store.pending_upserts(conn, namespace)
+    return store.embeddings(conn, ids) if ids else {}
+
+
+def merge_waiting(found: list[list[tuple[str, float]]], waiting: Mapping[str, np.ndarray[Any, Any]],
+                  vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
+    """The index's answer ``found`` for each of ``vectors``, merged with the nodes of
+    ``waiting`` (:func:`outbox_vectors`) scored exactly: the second half of
+    :func:`nearest`."""
+    if not waiting:
         return found
-    keys = list(stored)
-    sims = matrix @ np.stack([stored[k] for k in keys]).T
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    keys = list(waiting)
+    sims = matrix @ np.stack([waiting[k] for k in keys]).T
     out = []
     for row, hits in zip(sims, found, strict=True):
         merged = dict(hits)

@@ -17,16 +17,17 @@ import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
 from . import text
 from .config import Config, RetrievalConfig, WeightConfig
 from .embed import Embedder
+from .errors import ClosedError
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
 from .model import (
@@ -40,7 +41,7 @@ from .model import (
     root_of,
     tree_order,
 )
-from .recovery import nearest
+from .recovery import merge_waiting, outbox_vectors
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
 from .weights import blend, weight
@@ -92,6 +93,9 @@ class Retriever:
         self._building: threading.Thread | None = None
         self._stop = threading.Event()
         self._searches = 0
+        #: The thread the vector searches run on (made by the first query).
+        self._searcher: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     # -- with a query ------------------------------------------------------------
 
@@ -101,23 +105,27 @@ class Retriever:
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
             seq = functools.cache(lambda: self.store.last_seq(conn, self.namespace))
+            # The vector search starts as soon as the query's vector is there, on a
+            # thread of its own (the index computes without the interpreter lock),
+            # while the lexical channel reads here. The outbox is read first, as
+            # recovery.nearest reads it: before the index is asked.
+            waiting = outbox_vectors(self.store, self.namespace, conn)
+            dense_found = self._vector_search(vector, r.candidates)
             # The lexical channel needs no vector: it reads while the query embeds.
             qterms = list(dict.fromkeys(text.terms(query)))
             index = self._lexical_index(conn)
             words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
                                 lambda c: self._live_count(c, seq()), index)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
-            qvec = vector()[0]
+            qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
             dense_mix = r.dense_share * self.embedder.coverage(query)
             try:
-                dense_hits = dict(nearest(self.store, self.index, self.namespace, qvec[None, :], r.candidates, conn)[0])
-            except SQLAlchemyError:
-                raise  # the relational store failed (its transaction may be aborted): not the index
+                dense_hits = dict(merge_waiting(dense_found(), waiting, qvec[None, :], r.candidates)[0])
             except Exception as exc:  # the index is derived; lexical search still answers
                 log.warning("vector index unavailable, lexical retrieval only: %s", exc)
                 dense_hits = {}
-            cand_rows = self.store.get_many(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
-                                            embedding=True)
+            cand_rows = self.store.node_rows(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
+                                             embedding=True)
             words.complete(cand_rows)
             lexical = words.lexical
             # Every candidate's dense score from its stored embedding: the index only
@@ -271,6 +279,24 @@ class Retriever:
             dropped=recall[3],
         )
 
+    def _vector_search(self, vector: Callable[[], np.ndarray[Any, Any]], n: int) -> Callable[[], Any]:
+        """Start the index's top-``n`` search for the query vector that ``vector``
+        waits for, on this retriever's search thread; returns what waits for the
+        answer (and raises what the search raised)."""
+        def run() -> list[tuple[str, float]]:
+            return self.index.query(self.namespace, vector()[0][None, :], n)[0]
+
+        with self._lock:
+            if self._stop.is_set():
+                raise ClosedError("this MemoryTree is closed")
+            if self._searcher is None:
+                self._searcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-search")
+            try:
+                future = self._searcher.submit(run)
+            except RuntimeError:  # shut down: close() ran meanwhile
+                raise ClosedError("this MemoryTree is closed") from None
+        return lambda: [future.result()]
+
     def _family(self, conn: Connection, root: str, opened: Mapping[str, float],
                 every_branch: Mapping[str, float]) -> set[str]:
         """The branches of the family under ``root`` (the located branch's top-level
@@ -340,6 +366,10 @@ class Retriever:
         self._stop.set()
         if self._building is not None:
             self._building.join()
+        with self._lock:
+            searcher, self._searcher = self._searcher, None
+            if searcher is not None:
+                searcher.shutdown(wait=True)
 
     def _live_count(self, conn: Connection, seq: int | None = None) -> int:
         """How many live nodes the namespace holds (the idf's document count). Counting
@@ -437,7 +467,7 @@ class Retriever:
         ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
         known: dict[str, _Scored] = dict(scored)
         unknown = [a for a in ancestor_ids if a not in known]
-        for node_id, arow in self.store.get_many(conn, unknown).items():
+        for node_id, arow in self.store.node_rows(conn, unknown).items():
             node = node_from_row(arow)
             known[node_id] = _Scored(node, weight=self._weight(node, now))
         chosen: dict[str, tuple[_Scored, str]] = {}
@@ -482,7 +512,9 @@ class Retriever:
                 )
             )
         context = "\n".join(lines)
-        return tuple(out), context, text.count_tokens(context), dropped
+        # The context's count is its lines' (counted above): a token never spans a
+        # line break or the indentation (text.count_tokens counts no whitespace).
+        return tuple(out), context, sum(cost_of(node) for node in order), dropped
 
 
 class _Ranked(Protocol):
@@ -553,7 +585,7 @@ class _QueryWords:
         # when they become candidates (a common word: thousands of holders, tens kept).
         marks = self._mask_arrays(listed)
         if marks is not None:
-            distinct, which, counts = np.unique(marks.masks, return_inverse=True, return_counts=True)
+            distinct, counts = _distinct_masks(marks.masks, len(listed))
             held_by: Mapping[int, int] = dict(zip(distinct.tolist(), counts.tolist(), strict=True))
         else:
             masks = self._masks(listed)
@@ -571,8 +603,8 @@ class _QueryWords:
         #: Node id -> its share (0.0 for a node holding none of the listed words).
         self.lexical: dict[str, float]
         if marks is not None:
-            values = np.array([share[m] for m in distinct.tolist()], dtype=np.float64)[which.reshape(-1)]
-            self.lexical = _Shares(marks, values)
+            shares = np.array([share[m] for m in distinct.tolist()], dtype=np.float64)
+            self.lexical = _Shares(marks, shares[np.searchsorted(distinct, marks.masks)])
         else:
             self.lexical = defaultdict(float, {i: share[m] for i, m in masks.items()})
         #: The postings read (of the completed nodes).
@@ -686,6 +718,17 @@ class _Shares(dict[str, float]):
         above = above[np.argsort(-values[above], kind="stable")]
         ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
         return _cut_ties(ranked, self._marks.ids_of(nodes[values == edge]), edge, n, order)
+
+
+def _distinct_masks(masks: np.ndarray[Any, Any], bits: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The distinct values of ``masks`` (of ``bits`` bits), ascending, and how many
+    times each occurs: ``np.unique``'s answer, by counting when the values are few
+    (a query lists a handful of words; a common one is held by thousands)."""
+    if bits <= 12:
+        counts = np.bincount(masks, minlength=1 << bits)
+        distinct = np.flatnonzero(counts)
+        return distinct, counts[distinct]
+    return np.unique(masks, return_counts=True)
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
@@ -843,10 +886,11 @@ def _branch_scores(
         score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
         if holders and not holders.intersection(members):
             score *= unnamed
-        count = Counter(row.branch_id for row in members.values())
-        if len(count) == 1:
-            out += [(score, b, n) for b, n in count.items()]
+        first = next(iter(members.values())).branch_id
+        if all(row.branch_id == first for row in members.values()):
+            out.append((score, first, len(members)))
             continue
+        count = Counter(row.branch_id for row in members.values())
         scale = rarity
         root = key  # (a family: only families hold more than one branch)
         if title != 1.0 and root in members:
@@ -937,7 +981,11 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: It
 
 
 def _line(node: Node) -> str:
-    return f"[{node.type.value}] {node.content}"
+    return _TAG[node.type] + node.content
+
+
+#: The line's lead of each node type (an Enum's ``value`` is a property: slow per line).
+_TAG = {t: f"[{t.value}] " for t in NodeType}
 
 
 def _line_tokens(node: Node) -> int:

@@ -58,3 +58,50 @@ def test_an_unknown_stored_type_or_status_is_refused_as_the_enum_refuses_it(open
     for column, value in (("type", "rumour"), ("status", "lost")):
         with pytest.raises(ValueError, match=value):
             node_from_row({**row, column: value})
+
+
+def test_the_driver_reads_give_what_sqlalchemy_reads(open_memory: Any) -> None:
+    """Retrieval's hot reads go through SQLite's own cursor where no column is sealed
+    (SqlStore.node_rows and friends): the same rows, values and order as the
+    SQLAlchemy statements they stand for (on PostgreSQL both are the statements)."""
+    from hybrid_memory.store import sql
+
+    mem = open_memory(write={"index_batch": 64})  # (index writes wait in the outbox)
+    trip = mem.add("出差 TRV-88 去里斯本", type="task", parent=ROOT)
+    hotel = mem.add("The hotel for TRV-88 is the Avenida Palace", type="fact", parent=trip.id, importance=0.9)
+    visa = mem.add("Apply for the visa for TRV-88", type="task", parent=trip.id)
+    mem.add("签证还缺银行流水", type="state", parent=visa.id, pinned=True)
+    gone = mem.add("Prefers aisle seats", type="preference", parent=trip.id)
+    mem.archive(gone.id)
+    other = mem.add("Refund INV-7 for Contoso", type="task", parent=ROOT)
+    ids = [n.id for n in (trip, hotel, visa, gone, other)] + ["no-such-node"]
+    store, ns = mem.store, mem.namespace
+    with store.reading() as conn:
+        every = conn.execute(nodes.select().where(nodes.c.namespace == ns)).all()
+        assert len(every) == 6
+        for live_only in (False, True):
+            for embedding in (False, True):
+                plain = store.node_rows(conn, ids, live_only=live_only, embedding=embedding)
+                alchemy = store.get_many(conn, ids, live_only=live_only, embedding=embedding)
+                assert plain.keys() == alchemy.keys() and (gone.id in plain) is not live_only
+                for i, row in plain.items():
+                    assert node_from_row(row) == node_from_row(alchemy[i])
+                    assert row._mapping == dict(alchemy[i]._mapping)
+                    if embedding:
+                        assert row.embedding == alchemy[i].embedding and len(row.embedding) > 0
+                    if store.is_sqlite:
+                        assert type(row) is (sql.NodeRowEmbedded if embedding else sql.NodeRow)
+        heads = [trip.id, visa.id, other.id]
+        plain_rows = store.branch_rows(conn, ns, heads)
+        alchemy_rows = conn.execute(sql._Q.branch_rows, {"ns": ns, "branches": heads}).all()
+        assert [r.id for r in plain_rows] == [r.id for r in alchemy_rows] and len(plain_rows) == 5
+        assert [node_from_row(r) for r in plain_rows] == [node_from_row(r) for r in alchemy_rows]
+        assert [r.embedding for r in plain_rows] == [r.embedding for r in alchemy_rows]
+        lo, hi = sql.subtree_range(f"{trip.id}/")
+        assert store.branches_under(conn, ns, trip.id) == [
+            r[0] for r in conn.execute(sql._Q.branches_under, {"ns": ns, "lo": lo, "hi": hi})] == sorted([trip.id, visa.id])
+        assert store.last_seq(conn, ns) == conn.execute(sql._Q.last_seq, {"ns": ns}).scalar() > 0
+        assert store.last_seq(conn, "no-such-namespace") == 0
+        waiting = store.pending_upserts(conn, ns)
+        assert waiting == [r[0] for r in conn.execute(sql._Q.pending_upserts, {"ns": ns, "limit": 4096})]
+        assert {trip.id, hotel.id, visa.id, other.id} <= set(waiting)  # (index writes wait for 64)

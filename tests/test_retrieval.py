@@ -235,7 +235,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
             )
     # Budget: the rendered context fits, and its count is the sum of the lines.
     assert recall.tokens <= budget == recall.budget_tokens
-    assert recall.tokens == sum(s.tokens for s in recall.nodes)
+    assert recall.tokens == sum(s.tokens for s in recall.nodes) == text.count_tokens(recall.context)
     for s in recall.nodes:
         assert f"[{s.node.type.value}] {s.node.content}" in recall.context
     # Scores: all in [0, 1], the weight is the node's weight now, and a hit's score is
@@ -1503,3 +1503,59 @@ def test_a_question_about_now_ranks_the_update_above_what_it_replaced(open_memor
         assert order[True].index("t1049_handover") == order[True].index("t1049_owner") - 1, explained[True]
     assert order[True].index("t1049_handover") <= order[False].index("t1049_owner"), (explained[False], explained[True])
     assert plain[False] == plain[True]
+
+
+@pytest.mark.parametrize(("title", "fact", "question"), [
+    ("Refund INV-7 for Contoso", "Contoso's refund for INV-7 was approved on Monday.", "Was the INV-7 refund approved?"),
+    ("出差 TRV-88 去里斯本", "TRV-88 的酒店是里斯本的 Avenida Palace。", "TRV-88 住哪家酒店？"),
+], ids=["en", "zh"])
+def test_the_vector_search_runs_beside_the_lexical_channel(open_memory: Any, caplog: pytest.LogCaptureFixture,
+                                                            title: str, fact: str, question: str) -> None:
+    """The index is asked on a thread of its own while the lexical channel reads: its
+    answer is the same as asking it inline, its failure still leaves the lexical
+    answer (with a warning), and an embedding failure is the embedder's error, not
+    taken for the index's."""
+    mem = open_memory(**NO_FLUSH)
+    task = mem.add(title, type="task", parent=ROOT)
+    kept = mem.add(fact, type="fact", parent=task.id)
+    mem.add("Book a table for the team dinner", type="task", parent=ROOT)
+    first = mem.retrieve(question, k=3, reinforce=False)
+    assert kept.id in {s.node.id for s in first.nodes}
+    dense = {s.node.id: s.dense for s in first.nodes}
+    # The thread's answer is the index's: every candidate's dense score is its cosine.
+    qvec = mem.embedder.embed([question])[0]
+    for s in first.nodes:
+        if s.reason != "ancestor":
+            assert dense[s.node.id] == pytest.approx(float(mem.embedder.embed([s.node.content])[0] @ qvec), abs=1e-5)
+    assert mem._retriever._searcher is not None  # (it did run on the search thread)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the index is gone")
+
+    mem._index.query = broken  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="hybrid_memory"):
+        lexical_only = mem.retrieve(question, k=3, reinforce=False)
+    assert kept.id in {s.node.id for s in lexical_only.nodes}
+    assert "vector index unavailable" in caplog.text and "the index is gone" in caplog.text
+
+    class FailingEmbedder:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def embed(self, texts: Sequence[str]) -> Any:
+            if any("?" in t or "？" in t for t in texts):
+                raise ValueError("the model could not be run")
+            return self.inner.embed(texts)
+
+    other = open_memory(namespace="u", folder=mem.folder, embedder_=FailingEmbedder(mem.embedder))
+    other.add(title, type="task", parent=ROOT)
+    caplog.clear()
+    with pytest.raises(ValueError, match="could not be run"):
+        other.retrieve(question, k=3)
+    assert "vector index unavailable" not in caplog.text
+    other.close()
+    with pytest.raises(Exception, match="closed"):
+        other._retriever._vector_search(lambda: qvec[None, :], 3)
