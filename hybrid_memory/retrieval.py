@@ -117,6 +117,10 @@ class Retriever:
             words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
                                 lambda c: self._live_count(c, seq()), index)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
+            # The lexical candidates' rows and postings are read while the vector
+            # search may still run; the dense candidates' after it.
+            found = self.store.node_rows(conn, [i for i, _ in lex_top], live_only=True, embedding=True)
+            words.complete(found)
             qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
             dense_mix = r.dense_share * self.embedder.coverage(query)
             try:
@@ -124,8 +128,10 @@ class Retriever:
             except Exception as exc:  # the index is derived; lexical search still answers
                 log.warning("vector index unavailable, lexical retrieval only: %s", exc)
                 dense_hits = {}
-            cand_rows = self.store.node_rows(conn, list(dense_hits) + [i for i, _ in lex_top], live_only=True,
-                                             embedding=True)
+            found.update(self.store.node_rows(conn, [i for i in dense_hits if i not in found], live_only=True,
+                                              embedding=True))
+            # (by id, as one read of them all lists them)
+            cand_rows = {i: found[i] for i in sorted(found)}
             words.complete(cand_rows)
             lexical = words.lexical
             # Every candidate's dense score from its stored embedding: the index only
