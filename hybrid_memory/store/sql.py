@@ -400,8 +400,9 @@ _NODE_COLUMNS = tuple(name for name in Node.__dataclass_fields__ if name != "mer
 
 
 class _PlainRow:
-    """A row read through SQLite's own cursor (:meth:`SqlStore.node_rows`): the
-    columns of a Node in its field order, by attribute as a SQLAlchemy row gives them."""
+    """A row read through SQLite's own cursor (:meth:`SqlStore.node_rows`): a stored
+    node's columns (a Node's first, in its field order), by attribute as a SQLAlchemy
+    row gives them, and as a mapping (``_mapping``)."""
 
     __slots__ = ()
 
