@@ -572,7 +572,8 @@ def _add_safety_commands(sub: Any) -> None:
     er.add_argument("--all", action="store_true", help="erase the whole namespace")
     er.add_argument("--no-compact", action="store_true", help="leave the compaction to `hybrid-memory compact`")
     er.set_defaults(func=cmd_erase)
-    cp = sub.add_parser("compact", help="rewrite the store's files (after erasures)",
+    cp = sub.add_parser("compact", help="rewrite the store's files (after erasures; lays a large memory's "
+                                        "indexes out in order for a cold forget pass)",
                         description="SQLite: VACUUM and truncate the WAL; PostgreSQL: VACUUM FULL.")
     cp.set_defaults(func=cmd_compact)
 
