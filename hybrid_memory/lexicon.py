@@ -25,7 +25,7 @@ from __future__ import annotations
 import operator
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,9 +55,24 @@ class Marks:
     tables: numbers are never reused, so they stay valid after later syncs)."""
 
     def __init__(self, nodes: np.ndarray[Any, Any], masks: np.ndarray[Any, Any], ids: list[str],
-                 ix: dict[str, int]) -> None:
+                 ix: dict[str, int], created: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = None) -> None:
         self.nodes, self.masks, self._ids, self._ix = nodes, masks, ids, ix
         self._sorted: np.ndarray[Any, Any] | None = None
+        self._created = created
+
+    def newest(self, nodes: np.ndarray[Any, Any], m: int) -> np.ndarray[Any, Any] | None:
+        """Of the node numbers ``nodes``, those that can be among the ``m`` created
+        last: every one created no earlier than the m-th newest, in their order
+        (ties at the edge all kept). None when the creation time of one of them is
+        not known yet (its tie key was never read)."""
+        if self._created is None or m <= 0 or len(nodes) <= m:
+            return None
+        created = self._created(nodes)
+        if np.isnan(created).any():
+            return None
+        edge = np.partition(created, len(created) - m)[len(created) - m]
+        kept: np.ndarray[Any, Any] = nodes[created >= edge]
+        return kept
 
     def ids_of(self, nodes: np.ndarray[Any, Any]) -> list[str]:
         ids = self._ids
@@ -107,6 +122,8 @@ class Lexicon:
         # node id -> tie key, read from the store when first asked (a few hundred a
         # query, the same ones again and again); a changed node's is read again
         self._ties: dict[str, tuple[float, str]] = {}
+        # node number -> the creation time of its kept tie key (NaN: none kept)
+        self._created = np.full(0, np.nan)
 
     # -- keeping in step -------------------------------------------------------------
 
@@ -188,7 +205,8 @@ class Lexicon:
                 self._n_over -= 1
                 if not d:
                     del over[t]
-            self._ties.pop(i, None)
+            if self._ties.pop(i, None) is not None and k < len(self._created):
+                self._created[k] = np.nan
         for t, i, tf in rows:
             k = ix[i]
             over.setdefault(t, {})[k] = tf
@@ -291,7 +309,16 @@ class Lexicon:
             nodes, masks = nodes[order], masks[order]
             starts = np.flatnonzero(np.concatenate(([True], nodes[1:] != nodes[:-1])))
             nodes, masks = nodes[starts], np.bitwise_or.reduceat(masks, starts)
-        return Marks(nodes, masks, self._ids, self._ix)
+        return Marks(nodes, masks, self._ids, self._ix, self._created_of)
+
+    def _created_of(self, nodes: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The creation times of the kept tie keys of ``nodes`` (NaN: not kept)."""
+        with self._lock:
+            created = self._created
+            out = np.full(len(nodes), np.nan)
+            known = nodes < len(created)
+            out[known] = created[nodes[known]]
+            return out
 
     def _holders(self, stored: str) -> np.ndarray[Any, Any]:
         nodes = self._live(stored)[0]
@@ -341,7 +368,15 @@ class Lexicon:
         if missing:
             read = self._store.tie_keys(conn, missing)
             # Kept for the nodes whose changes the copy follows (those with postings).
-            ties.update((i, key) for i, key in read.items() if i in self._ix)
+            kept = {i: key for i, key in read.items() if i in self._ix}
+            ties.update(kept)
+            if kept:
+                at = np.fromiter((self._ix[i] for i in kept), dtype=np.int64, count=len(kept))
+                if at.max() >= len(self._created):
+                    grown = np.full(max(int(at.max()) + 1, 2 * len(self._created)), np.nan)
+                    grown[: len(self._created)] = self._created
+                    self._created = grown
+                self._created[at] = [key[0] for key in kept.values()]
         else:
             read = {}
         return {i: ties[i] if i in ties else read[i] for i in wanted if i in ties or i in read}

@@ -723,7 +723,13 @@ class _Shares(dict[str, float]):
         above = np.flatnonzero(values > edge)
         above = above[np.argsort(-values[above], kind="stable")]
         ranked = list(zip(self._marks.ids_of(nodes[above]), values[above].tolist(), strict=True))
-        return _cut_ties(ranked, self._marks.ids_of(nodes[values == edge]), edge, n, order)
+        # Those at the edge go newest first: named only as many as can be (often a
+        # few hundred tie, for a score that one common word gives).
+        tied = nodes[values == edge]
+        newest = self._marks.newest(tied, n - len(ranked))
+        if newest is None:
+            return _cut_ties(ranked, self._marks.ids_of(tied), edge, n, order)
+        return _cut_ties(ranked, self._marks.ids_of(newest), edge, n, order, cut=True)
 
 
 def _distinct_masks(masks: np.ndarray[Any, Any], bits: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -764,11 +770,14 @@ def _top(scores: Mapping[str, float], n: int,
 
 
 def _cut_ties(ranked: list[tuple[str, float]], tied: list[str], edge: float, n: int,
-              order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
+              order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]],
+              cut: bool = False) -> list[tuple[str, float]]:
     """``ranked`` (the pairs that beat the n-th score ``edge``), then as many of
-    ``tied`` (the ids scoring ``edge``) as the n places leave, newer memory first."""
+    ``tied`` (the ids scoring ``edge``) as the n places leave, newer memory first.
+    ``cut``: ``tied`` is the part of a larger tie that can make the places (it is
+    ordered even when it fits them)."""
     lo = len(ranked)
-    if lo + len(tied) > n:
+    if cut or lo + len(tied) > n:
         keys = order(tied)
         tied.sort(key=lambda i: (-keys[i][0], keys[i][1]) if i in keys else (math.inf, i))
     return ranked + [(i, edge) for i in tied[: n - lo]]

@@ -211,3 +211,52 @@ def test_a_copy_of_a_postgresql_store_is_refused(open_memory: Any, stores: Any) 
     mem = open_memory()
     with pytest.raises(ValueError, match="SQLite"):
         Lexicon(mem.store, mem.namespace)
+
+
+@pytest.mark.parametrize("word", ["deadline", "截止"], ids=["en", "zh"])
+def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_memory: Any, sqlite_only: None,
+                                                                         word: str) -> None:
+    """A query word that many memories hold alike gives them all one share: the top n
+    cuts that tie newest first. From its second query on, the copy names only the
+    tied memories that can be among the newest (their creation times kept with their
+    tie keys), and the cut is the store's, ties in time included; a changed memory's
+    time is read again."""
+    from hybrid_memory.retrieval import _QueryWords
+
+    mem = open_memory(dedup={"enabled": False})
+    task = mem.add(f"Project {word} tracking", type="task", parent=ROOT)
+    made = []
+    for i in range(60):
+        # Creation times with repeats: pairs of memories share a second.
+        made.append(mem.add(f"{word} item {i} of the plan", type="fact", parent=task.id, ts=1_000_000.0 + i // 2))
+    lex = Lexicon(mem.store, mem.namespace)
+
+    def top(index: Any) -> list[tuple[str, float]]:
+        with mem.store.reading() as conn:
+            if isinstance(index, Lexicon):
+                index.sync(conn)
+            words = _QueryWords(mem.store, conn, mem.namespace, [word], 0, None, index)
+            return words.top(7, lambda ids: index.tie_keys(conn, ids))
+
+    expected = top(mem.store)
+    assert len(expected) == 7 and len({share for _, share in expected}) <= 2
+    assert top(lex) == expected  # (reads the tie keys of every tied memory)
+    with mem.store.reading() as conn:
+        lex.sync(conn)
+        marks = lex.term_mask_arrays(conn, mem.namespace, [[word]])
+    assert marks is not None
+    tied = marks.nodes
+    newest = marks.newest(tied, 7)
+    assert newest is not None and 7 <= len(newest) < len(tied)
+    assert set(marks.ids_of(newest)) >= {i for i, _ in expected if i != task.id}
+    assert top(lex) == expected  # now through the newest alone
+    # A changed memory's tie key is read again: the copy answers as the store does.
+    mem.update(made[-1].id, content=f"{word} item 59, moved", ts=1_000_100.0)
+    with mem.store.reading() as conn:
+        lex.sync(conn)
+        again = lex.term_mask_arrays(conn, mem.namespace, [[word]])
+    assert again is not None and again.newest(again.nodes, 7) is None  # (one time not known yet)
+    assert top(lex) == top(mem.store)  # (and reads it)
+    assert again.newest(again.nodes, 7) is not None
+    assert top(lex) == top(mem.store)
+    assert marks.newest(tied, len(tied)) is None and marks.newest(tied, 0) is None
