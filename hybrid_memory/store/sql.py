@@ -12,6 +12,7 @@ failures and deadlocks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -417,13 +418,24 @@ NodeRow: Any = type("NodeRow", (_PlainRow, namedtuple("NodeRow", _PLAIN_COLUMNS)
 NodeRowEmbedded: Any = type("NodeRowEmbedded", (_PlainRow, namedtuple("NodeRowEmbedded", (*_PLAIN_COLUMNS, "embedding"))),
                             {"__slots__": ()})
 _PLAIN_ROWS = (NodeRow, NodeRowEmbedded)
-_BRANCHES_UNDER = (f"SELECT DISTINCT branch_id FROM {nodes.name} WHERE namespace = ? AND path >= ? AND path < ? "
-                   f"AND status = '{Status.LIVE.value}' ORDER BY branch_id")
-_PENDING_UPSERTS = (f"SELECT node_id, max(seq) FROM {outbox.name} WHERE namespace = ? AND action = 'upsert' "
-                    "GROUP BY node_id ORDER BY max(seq) DESC LIMIT ?")
-_LAST_SEQ = f"SELECT max(seq) FROM {oplog.name} WHERE namespace = ?"
 _PLAIN_SELECT = {emb: f"SELECT {', '.join((*_PLAIN_COLUMNS, *(('embedding',) if emb else ())))} FROM {nodes.name} WHERE "
                  for emb in (False, True)}
+
+
+@functools.cache
+def _sqlite_form(stmt: Any) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """A prebuilt statement of :class:`_Q` as SQLite's driver takes it: its SQL, the
+    names of its positional parameters in order, and the values bound in it."""
+    from sqlalchemy.dialects.sqlite import dialect  # (loaded by then: the store is SQLite)
+
+    compiled = stmt.compile(dialect=dialect())
+    return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
+
+
+def _driver_execute(raw: sqlite3.Connection, stmt: Any, params: Mapping[str, Any]) -> sqlite3.Cursor:
+    """Run a prebuilt statement (no expanding parameters) through SQLite's own cursor."""
+    sql, names, bound = _sqlite_form(stmt)
+    return raw.execute(sql, [params[n] if n in params else bound[n] for n in names])
 
 
 def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> Node:
@@ -830,7 +842,7 @@ class SqlStore:
         lo, hi = subtree_range(f"{root_id}/")
         raw = self._plain(conn)
         if raw is not None:
-            return [r[0] for r in raw.execute(_BRANCHES_UNDER, (namespace, lo, hi))]
+            return [r[0] for r in _driver_execute(raw, _Q.branches_under, {"ns": namespace, "lo": lo, "hi": hi})]
         return [r[0] for r in conn.execute(_Q.branches_under, {"ns": namespace, "lo": lo, "hi": hi})]
 
     def branch_rows(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[Any]:
@@ -1317,7 +1329,7 @@ class SqlStore:
     def last_seq(self, conn: Connection, namespace: str) -> int:
         raw = self._plain(conn)
         if raw is not None:
-            value = raw.execute(_LAST_SEQ, (namespace,)).fetchone()[0]
+            value = _driver_execute(raw, _Q.last_seq, {"ns": namespace}).fetchone()[0]
             return int(value) if value is not None else 0
         value = conn.execute(_Q.last_seq, {"ns": namespace}).scalar()
         return int(value) if value is not None else 0
@@ -1349,7 +1361,7 @@ class SqlStore:
         """Ids of the nodes whose index upsert waits in the outbox, the latest ``limit``."""
         raw = self._plain(conn)
         if raw is not None:  # (every query asks: SQLite's cursor, as node_rows)
-            return [r[0] for r in raw.execute(_PENDING_UPSERTS, (namespace, limit))]
+            return [r[0] for r in _driver_execute(raw, _Q.pending_upserts, {"ns": namespace, "limit": limit})]
         return [r[0] for r in conn.execute(_Q.pending_upserts, {"ns": namespace, "limit": limit}).all()]
 
     def clear_outbox(self, conn: Connection, seqs: Sequence[int]) -> None:
