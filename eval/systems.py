@@ -131,6 +131,13 @@ class CachedEmbedder:
             if progress:
                 progress(len(chunk))
 
+    def known(self, texts: Sequence[str]) -> Vectors | None:
+        """The vectors of ``texts`` when the cache holds them all (read from the
+        cache file as :meth:`warm` reads them), None otherwise."""
+        if not texts or any(t not in self._vectors for t in texts):
+            return None
+        return np.stack([self._vectors[t] for t in texts]).astype(np.float32)
+
     def embed(self, texts: Sequence[str]) -> Vectors:
         self.warm(texts)
         if not texts:

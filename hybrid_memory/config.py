@@ -81,6 +81,7 @@ class RetrievalConfig:
     common_postings: int
     in_memory_lexicon: bool
     in_memory_vectors: bool
+    row_cache: int
     small_memory: bool
     rank_reads: bool
     by_family: bool
@@ -326,6 +327,8 @@ def _validate(c: Config) -> None:
         raise ConfigError("retrieval.family_rarity must be from 0 to 4 (0: off)")
     if r.common_postings < 0:
         raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
+    if r.row_cache < 0:
+        raise ConfigError("retrieval.row_cache must be >= 0 (0: no cache)")
     if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:
         raise ConfigError("retrieval.k, budget_tokens, candidates, branches and spread_branches must be >= 1")
     if not set(r.standing_types) <= types:

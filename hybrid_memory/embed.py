@@ -38,6 +38,11 @@ class Embedder(Protocol):
     the caller's thread does the work that needs no vector (``write.overlap_embedding``);
     an embedder that takes the lock back between many small steps, as torch does,
     would only be slowed down by that work, so it embeds in the caller first.
+
+    An embedder that keeps vectors (a cache) may also have a method ``known(texts)``
+    (optional) returning the vectors of ``texts`` when it holds them all, None
+    otherwise: the handle then takes them as they are, without handing the texts to
+    its worker thread and waiting for that thread to answer.
     """
 
     @property

@@ -17,9 +17,10 @@ import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from sqlalchemy.engine import Connection
@@ -41,7 +42,8 @@ from .model import (
     root_of,
     tree_order,
 )
-from .recovery import merge_waiting, outbox_vectors
+from .recovery import merge_waiting
+from .rowcache import RowCache, RowView, StoreView, own_node
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
 from .weights import blend, weight
@@ -69,6 +71,24 @@ class _Scored:
     updates: str | None = None
 
 
+class _Lexical(NamedTuple):
+    """What the lexical channel found for a query (Retriever.search)."""
+
+    qterms: list[str]
+    words: _QueryWords
+    found: dict[str, Any]
+    dense_mix: float
+    kind: str | None
+    answers: Callable[[Any], bool] | None
+    aggregate: bool
+    about_state: bool
+    about_now: bool
+    named: frozenset[str]
+
+
+_T_ = TypeVar("_T_")
+
+
 class Retriever:
     def __init__(
         self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str,
@@ -94,8 +114,12 @@ class Retriever:
         self._stop = threading.Event()
         self._searches = 0
         #: The thread the vector searches run on (made by the first query).
-        self._searcher: ThreadPoolExecutor | None = None
+        self._query_thread: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        #: The node rows the last queries read, kept in step with the store
+        #: (retrieval.row_cache; SQLite only).
+        n_rows = config.retrieval.row_cache
+        self.rows: RowCache | None = RowCache(store, namespace, n_rows) if n_rows and store.is_sqlite else None
 
     # -- with a query ------------------------------------------------------------
 
@@ -105,31 +129,57 @@ class Retriever:
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
             seq = functools.cache(lambda: self.store.last_seq(conn, self.namespace))
-            # The vector search starts as soon as the query's vector is there, on a
-            # thread of its own (the index computes without the interpreter lock),
-            # while the lexical channel reads here. The outbox is read first, as
-            # recovery.nearest reads it: before the index is asked.
-            waiting = outbox_vectors(self.store, self.namespace, conn)
-            dense_found = self._vector_search(vector, r.candidates)
-            # The lexical channel needs no vector: it reads while the query embeds.
-            qterms = list(dict.fromkeys(text.terms(query)))
-            index = self._lexical_index(conn)
-            words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
-                                lambda c: self._live_count(c, seq()), index)
-            lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
-            # The lexical candidates' rows and postings are read while the vector
-            # search may still run; the dense candidates' after it.
-            found = self.store.node_rows(conn, [i for i, _ in lex_top], live_only=True, embedding=True)
-            words.complete(found)
-            qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
-            dense_mix = r.dense_share * self.embedder.coverage(query)
+            # The outbox is read first, as recovery.nearest reads it: the index is
+            # asked after (the vectors of the nodes waiting there are read in the
+            # same snapshot after it).
+            waiting_ids = self.store.pending_upserts(conn, self.namespace)
+            waiting = self.store.embeddings(conn, waiting_ids) if waiting_ids else {}
+            view = self._view(conn)
+            search = self._prepared_search(r.candidates)
+
+            def lexical_channel() -> _Lexical:
+                # Needs no vector: runs while the query embeds and the index searches.
+                qterms = list(dict.fromkeys(text.terms(query)))
+                index = self._lexical_index(conn)
+                words = _QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
+                                    lambda c: self._live_count(c, seq()), index)
+                lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
+                # The lexical candidates' rows and postings; the dense candidates' come after.
+                found = view.rows([i for i, _ in lex_top], live_only=True)
+                words.complete(found)
+                kind = text.answer_kind(query) if r.answer_type else None
+                return _Lexical(
+                    qterms=qterms, words=words, found=found,
+                    dense_mix=r.dense_share * self.embedder.coverage(query), kind=kind,
+                    answers=_states_answer(text.answer_test(kind, query)) if kind is not None else None,
+                    aggregate=text.aggregate_question(query),
+                    about_state=r.status_state and text.status_question(query),
+                    about_now=r.follow_updates and text.latest_question(query),
+                    # The identifiers the question names: terms of three characters or
+                    # more with a digit that few memories hold ("5335" of PO-5335; not
+                    # the "27" of "27-inch", a size that other orders' monitors have too).
+                    named=frozenset(t for t in words.known if len(t) >= 3 and words.df[t] <= r.named_df
+                                    and any(c.isdigit() for c in t)))
+
+            # The lexical channel runs on the handle's query thread while this one
+            # waits for the query's vector and asks the index, whose search gives up
+            # the interpreter lock (the graph's, for about a millisecond at 100k).
+            channel = self._beside(lexical_channel)
             try:
-                dense_hits = dict(merge_waiting(dense_found(), waiting, qvec[None, :], r.candidates)[0])
-            except Exception as exc:  # the index is derived; lexical search still answers
-                log.warning("vector index unavailable, lexical retrieval only: %s", exc)
-                dense_hits = {}
-            found.update(self.store.node_rows(conn, [i for i in dense_hits if i not in found], live_only=True,
-                                              embedding=True))
+                qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
+                try:
+                    dense_hits = dict(merge_waiting(search(qvec[None, :]), waiting, qvec[None, :], r.candidates)[0])
+                except Exception as exc:  # the index is derived; lexical search still answers
+                    log.warning("vector index unavailable, lexical retrieval only: %s", exc)
+                    dense_hits = {}
+            finally:
+                # (waited for whatever happened here: it reads through this transaction)
+                futures_wait([channel])
+            said = channel.result()
+            qterms, words, found, dense_mix = said.qterms, said.words, said.found, said.dense_mix
+            kind, answers, aggregate, named = said.kind, said.answers, said.aggregate, said.named
+            about_state, about_now = said.about_state, said.about_now
+            found.update(view.rows([i for i in dense_hits if i not in found], live_only=True))
             # (by id, as one read of them all lists them)
             cand_rows = {i: found[i] for i in sorted(found)}
             words.complete(cand_rows)
@@ -141,21 +191,13 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
 
-            # The identifiers the question names: terms of three characters or more with a
-            # digit that few memories hold ("5335" of PO-5335; not the "27" of "27-inch",
-            # a size that other orders' monitors have too).
-            named = frozenset(t for t in words.known if len(t) >= 3 and words.df[t] <= r.named_df
-                              and any(c.isdigit() for c in t))
             postings = words.held(cand_rows)
             # A question asking how long (how many, where): a candidate stating a
             # duration (a count, a place) holds one more of its words, which inside a
             # family tells the subtask that measured it ("Postmortem: 84 minutes of
             # degraded checkout") from the parent's lines (a task line states none:
             # _states_answer).
-            kind = text.answer_kind(query) if r.answer_type else None
-            answers: Callable[[Any], bool] | None = None
-            if kind is not None:
-                answers = _states_answer(text.answer_test(kind, query))
+            if kind is not None and answers is not None:
                 postings = [*postings, *((text.ANSWER_TERMS[kind], i, 1) for i, row in cand_rows.items()
                                          if answers(row))]
             scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
@@ -167,7 +209,6 @@ class Retriever:
             # memory of no more branches than such a question opens, without the
             # reserved places: with so few branches, a located one singles out
             # little, and an answer in another costs only a small shortfall.
-            aggregate = text.aggregate_question(query)
             spread = aggregate or (r.small_memory and not self._has_more_branches(conn, r.spread_branches, seq()))
             n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
@@ -181,8 +222,8 @@ class Retriever:
                 every_branch.setdefault(b, best)
 
             opened = branch_score.keys() | family
-            rows = self.store.branch_rows(conn, self.namespace, [*branch_score, *family])
-            branch_nodes = [node_from_row(row) for row in rows]
+            rows = view.branch_rows([*branch_score, *family])
+            branch_nodes = [view.node(row) for row in rows]
             # A question asking how long (how many) whose located branch states no such
             # answer, while one other branch of its family read here does: the answer is
             # there, though it was not among the candidates ("Postmortem for BUG-4388:
@@ -191,7 +232,7 @@ class Retriever:
             # state, while one other branch of its family does: the state is the
             # answer ("What is still open on TRV-2091?" located the visa subtask on
             # "still lacks bank statements"; the trip's state is in its parent).
-            if answers is None and r.status_state and text.status_question(query):
+            if answers is None and about_state:
                 answers = _is_state
             moved = _answer_branch(answers, chosen[0][1], located_root, branch_nodes) if answers is not None else None
             if moved is not None:
@@ -210,7 +251,7 @@ class Retriever:
             # how far its branch's score falls behind the located (best) one.
             scored: dict[str, _Scored] = {}
             entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
-            entries += [(node_from_row(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
+            entries += [(view.node(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
                         for i, row in cand_rows.items() if row.branch_id not in opened]
             # A node of an unopened branch that holds the query's informative words as
             # fully as the best node of the opened branches is about the same thing
@@ -230,24 +271,24 @@ class Retriever:
                 paths = {n.id: n.path for n in branch_nodes} | {i: row.path for i, row in cand_rows.items()}
                 named_ids = {i for t, i, _ in words.held(paths) if t in named}
                 gate = any(root_of(paths[i]) == located_root for i in named_ids)
+            weigh = self._weigher(now)
+            lam, opened_weight = r.lambda_, (r.spread_weight if spread else r.branch_weight)
             for node, dense, lex in entries:
-                s = _Scored(node, dense=dense, lexical=lex)
-                s.similarity = blend(dense, lex, dense_mix)
-                s.weight = self._weight(node, now)
-                s.branch_score = every_branch[node.branch_id]
+                b = node.branch_id
+                similarity, w, bs = blend(dense, lex, dense_mix), weigh(node), every_branch[b]
                 # Opened branches pay branch_weight (spread_weight for a spreading
                 # question) of their shortfall, other branches outside_weight, peers nothing.
-                bw = (r.spread_weight if spread else r.branch_weight) if node.branch_id in branch_score else \
-                    0.0 if node.id in peers or node.branch_id in family else r.outside_weight
-                s.branch_factor = branch_factor(s.branch_score, best, bw)
+                bw = opened_weight if b in branch_score else \
+                    0.0 if node.id in peers or b in family else r.outside_weight
+                bf = branch_factor(bs, best, bw)
                 if gate and node.id not in named_ids and root_of(node.path) != located_root:
-                    s.branch_factor *= r.named_outside
-                s.score = (r.lambda_ * s.similarity + (1 - r.lambda_) * s.weight) * s.branch_factor
-                scored[node.id] = s
+                    bf *= r.named_outside
+                scored[node.id] = _Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
+                                          bs, bf)
             # A question about how things stand now: a newer memory of the same
             # branch that names what a strong match named (the owner, the supplier,
             # the flight it replaces) is its update, and ranks just above it.
-            if r.follow_updates and text.latest_question(query):
+            if about_now:
                 _follow_updates(scored, branch_nodes, set(qterms), k)
             # Who may be one of the k: not a branch's own task node (it is the context
             # of every hit below it, rendered as their ancestor) unless it stands alone;
@@ -274,7 +315,7 @@ class Retriever:
             # places first, then the rest by score.
             picked = [(s, "hit") for s in reserved] + sorted(
                 [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
-            recall = self._assemble(conn, query, picked, scored, budget, now)
+            recall = self._assemble(view, query, picked, scored, budget, now)
         return Recall(
             query=query,
             nodes=recall[0],
@@ -285,23 +326,41 @@ class Retriever:
             dropped=recall[3],
         )
 
-    def _vector_search(self, vector: Callable[[], np.ndarray[Any, Any]], n: int) -> Callable[[], Any]:
-        """Start the index's top-``n`` search for the query vector that ``vector``
-        waits for, on this retriever's search thread; returns what waits for the
-        answer (and raises what the search raised)."""
-        def run() -> list[tuple[str, float]]:
-            return self.index.query(self.namespace, vector()[0][None, :], n)[0]
+    def _view(self, conn: Connection) -> RowView | StoreView:
+        """The node rows as ``conn`` reads them: through the cache when there is one."""
+        return self.rows.view(conn) if self.rows is not None else StoreView(self.store, conn, self.namespace)
 
+    def _prepared_search(self, n: int) -> Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]]:
+        """The index's top-``n`` search, with what the index does before searching
+        done now (``searcher``: reading the namespace's generation off the disk).
+        Done before the lexical channel starts beside it: this thread, had it given
+        up the interpreter lock for a file read, would wait to get it back until the
+        other gives it up. A failure to prepare is raised by the search."""
+        searcher = getattr(self.index, "searcher", None)
+        try:
+            if searcher is not None:
+                prepared: Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]] = searcher(self.namespace, n)
+                return prepared
+        except Exception as exc:
+            failed = exc
+
+            def fail(vectors: np.ndarray[Any, Any]) -> list[list[tuple[str, float]]]:
+                raise failed
+
+            return fail
+        return functools.partial(self.index.query, self.namespace, n=n)
+
+    def _beside(self, fn: Callable[[], _T_]) -> Future[_T_]:
+        """Run ``fn`` on this retriever's query thread (made by the first query)."""
         with self._lock:
             if self._stop.is_set():
                 raise ClosedError("this MemoryTree is closed")
-            if self._searcher is None:
-                self._searcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-search")
+            if self._query_thread is None:
+                self._query_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-query")
             try:
-                future = self._searcher.submit(run)
+                return self._query_thread.submit(fn)
             except RuntimeError:  # shut down: close() ran meanwhile
                 raise ClosedError("this MemoryTree is closed") from None
-        return lambda: [future.result()]
 
     def _family(self, conn: Connection, root: str, opened: Mapping[str, float],
                 every_branch: Mapping[str, float]) -> set[str]:
@@ -373,7 +432,7 @@ class Retriever:
         if self._building is not None:
             self._building.join()
         with self._lock:
-            searcher, self._searcher = self._searcher, None
+            searcher, self._query_thread = self._query_thread, None
             if searcher is not None:
                 searcher.shutdown(wait=True)
 
@@ -420,6 +479,22 @@ class Retriever:
         return weight(importance=node.importance, confidence=node.confidence, access_count=0,
                       touched_at=node.written_at, now=now, cfg=self.config.weights)
 
+    def _weigher(self, now: float) -> Callable[[Node], float]:
+        """:meth:`_weight` at ``now`` for many nodes: what each reads looked up once."""
+        cfg = self.config.weights
+        if not self.config.retrieval.rank_reads:
+            return lambda node: weight(importance=node.importance, confidence=node.confidence, access_count=0,
+                                       touched_at=node.written_at, now=now, cfg=cfg)
+        pending = self.pending()
+
+        def of(node: Node) -> float:
+            read = pending.get(node.id)
+            n, at = (0, node.touched_at) if read is None else read
+            return weight(importance=node.importance, confidence=node.confidence, access_count=node.access_count + n,
+                          touched_at=max(node.touched_at, at), now=now, cfg=cfg)
+
+        return of
+
     def weight_of(self, node: Node, now: float, cfg: WeightConfig | None = None) -> float:
         """The node's weight at ``now`` (under ``cfg``, default [weights]), counting the
         reads still buffered in this handle: a read changes the next answer whether or
@@ -452,7 +527,8 @@ class Retriever:
             top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in on_path), key=rank_key)
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
-            nodes, context, tokens, dropped = self._assemble(conn, None, picked, scored, budget, now)
+            nodes, context, tokens, dropped = self._assemble(StoreView(self.store, conn, self.namespace), None, picked,
+                                                             scored, budget, now)
         # (the subtree may hold subtasks heading branches of their own: not counted)
         branch = BranchScore(anchor.id, 1.0, sum(s.node.branch_id == anchor.id for s in top), _clip(anchor.content))
         return Recall(None, nodes, context, tokens, (branch,), budget, dropped)
@@ -461,7 +537,7 @@ class Retriever:
 
     def _assemble(
         self,
-        conn: Connection,
+        view: RowView | StoreView,
         query: str | None,
         picked: Sequence[tuple[_Scored, str]],
         scored: Mapping[str, _Scored],
@@ -473,8 +549,8 @@ class Retriever:
         ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
         known: dict[str, _Scored] = dict(scored)
         unknown = [a for a in ancestor_ids if a not in known]
-        for node_id, arow in self.store.node_rows(conn, unknown).items():
-            node = node_from_row(arow)
+        for node_id, arow in view.rows(unknown).items():
+            node = view.node(arow)
             known[node_id] = _Scored(node, weight=self._weight(node, now))
         chosen: dict[str, tuple[_Scored, str]] = {}
         used = dropped = 0
@@ -504,6 +580,7 @@ class Retriever:
                 chosen[i] = (known[i], "ancestor")
             chosen[s.node.id] = (s, reason)
         order = tree_order([c[0].node for c in chosen.values()])
+        shared = isinstance(view, RowView)  # (its nodes are the cache's: each caller gets a copy)
         out = []
         lines = []
         for node in order:
@@ -512,7 +589,7 @@ class Retriever:
             lines.append("  " * node.depth + line)
             out.append(
                 ScoredNode(
-                    node=node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
+                    node=own_node(node) if shared else node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                     weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
                     branch_factor=s.branch_factor, updates=s.updates,
                 )

@@ -495,6 +495,9 @@ class MemoryTree:
         it. So is the handle's first embedding, which may load the model, and every
         embedding of an embedder that keeps the interpreter lock while it computes
         (``releases_gil = False``: sentence-transformers on torch)."""
+        known = getattr(self.embedder, "known", None)
+        if known is not None and (held := known(texts)) is not None:
+            return np.asarray(held)
         if len(texts) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded \
                 or not self._overlaps:
             vectors = self.embedder.embed(texts)
@@ -892,6 +895,8 @@ class MemoryTree:
             raise InvalidTypeError("compact must be true or false")
         self._flush_reads()
         self._apply_index_work(force=True)  # the vectors' deletes: now, not with the next batch
+        if self._retriever.rows is not None:
+            self._retriever.rows.clear()  # (the next query would drop them: not kept until then)
         if compact:
             safety.compact(self.store)
 

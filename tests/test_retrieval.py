@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, retrieval, text
@@ -1509,12 +1510,48 @@ def test_a_question_about_now_ranks_the_update_above_what_it_replaced(open_memor
     ("Refund INV-7 for Contoso", "Contoso's refund for INV-7 was approved on Monday.", "Was the INV-7 refund approved?"),
     ("出差 TRV-88 去里斯本", "TRV-88 的酒店是里斯本的 Avenida Palace。", "TRV-88 住哪家酒店？"),
 ], ids=["en", "zh"])
-def test_the_vector_search_runs_beside_the_lexical_channel(open_memory: Any, caplog: pytest.LogCaptureFixture,
+def test_a_query_vector_the_embedder_holds_is_taken_as_it_is(open_memory: Any, embedder: Any, title: str, fact: str,
+                                                             question: str) -> None:
+    """An embedder with ``known`` (a cache) gives the query's vector without being
+    asked to embed it; the answer is the one the embedding gives."""
+
+    class Holding:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.held, self.asked = inner, dict[str, Any](), list[str]()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def embed(self, texts: Sequence[str]) -> Any:
+            self.asked.extend(texts)
+            return self.inner.embed(texts)
+
+        def known(self, texts: Sequence[str]) -> Any:
+            return np.stack([self.held[t] for t in texts]) if all(t in self.held for t in texts) else None
+
+    holding = Holding(embedder)
+    mem = open_memory(embedder_=holding)
+    task = mem.add(title, type="task", parent=ROOT)
+    mem.add(fact, type="fact", parent=task.id)
+    embedded = mem.retrieve(question, k=3, reinforce=False)
+    assert question in holding.asked
+    holding.held[question] = embedder.embed([question])[0]
+    holding.asked.clear()
+    taken = mem.retrieve(question, k=3, reinforce=False)
+    assert question not in holding.asked
+    assert [(s.node.id, s.score) for s in taken.nodes] == [(s.node.id, s.score) for s in embedded.nodes]
+
+
+@pytest.mark.parametrize(("title", "fact", "question"), [
+    ("Refund INV-7 for Contoso", "Contoso's refund for INV-7 was approved on Monday.", "Was the INV-7 refund approved?"),
+    ("出差 TRV-88 去里斯本", "TRV-88 的酒店是里斯本的 Avenida Palace。", "TRV-88 住哪家酒店？"),
+], ids=["en", "zh"])
+def test_the_lexical_channel_runs_beside_the_vector_search(open_memory: Any, caplog: pytest.LogCaptureFixture,
                                                             title: str, fact: str, question: str) -> None:
-    """The index is asked on a thread of its own while the lexical channel reads: its
-    answer is the same as asking it inline, its failure still leaves the lexical
-    answer (with a warning), and an embedding failure is the embedder's error, not
-    taken for the index's."""
+    """The lexical channel reads on a thread of the handle's own while the index is
+    asked: the index's answer is the same as asking it alone, its failure still
+    leaves the lexical answer (with a warning), and an embedding failure is the
+    embedder's error, not taken for the index's."""
     mem = open_memory(**NO_FLUSH)
     task = mem.add(title, type="task", parent=ROOT)
     kept = mem.add(fact, type="fact", parent=task.id)
@@ -1527,12 +1564,13 @@ def test_the_vector_search_runs_beside_the_lexical_channel(open_memory: Any, cap
     for s in first.nodes:
         if s.reason != "ancestor":
             assert dense[s.node.id] == pytest.approx(float(mem.embedder.embed([s.node.content])[0] @ qvec), abs=1e-5)
-    assert mem._retriever._searcher is not None  # (it did run on the search thread)
+    assert mem._retriever._query_thread is not None  # (the lexical channel did run on the query thread)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the index is gone")
 
     mem._index.query = broken  # type: ignore[method-assign]
+    mem._index.searcher = lambda namespace, n: broken  # type: ignore[attr-defined]
     with caplog.at_level("WARNING", logger="hybrid_memory"):
         lexical_only = mem.retrieve(question, k=3, reinforce=False)
     assert kept.id in {s.node.id for s in lexical_only.nodes}
@@ -1558,4 +1596,4 @@ def test_the_vector_search_runs_beside_the_lexical_channel(open_memory: Any, cap
     assert "vector index unavailable" not in caplog.text
     other.close()
     with pytest.raises(Exception, match="closed"):
-        other._retriever._vector_search(lambda: qvec[None, :], 3)
+        other._retriever._beside(lambda: None)

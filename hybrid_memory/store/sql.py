@@ -202,6 +202,27 @@ terms_changed = Table(
     sqlite_autoincrement=True,
 )
 
+# Which nodes' rows changed or went, in the order they did (SQLite): an in-process
+# cache of the rows retrieval reads (hybrid_memory.rowcache) drops the nodes changed
+# since its position instead of trusting a row it read earlier. Kept by triggers
+# (_ROW_TRIGGERS), so that every UPDATE or DELETE of a node row is noted, whatever
+# code runs it; a new row needs no note, as no cache can hold it yet. One row per
+# node, moved to a new position at each change, as in hm_terms_changed.
+rows_changed = Table(
+    "hm_rows_changed",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("node_id", String(32), nullable=False),
+    UniqueConstraint("namespace", "node_id"),
+    Index("hm_rows_changed_ns", "namespace", "seq"),
+    sqlite_autoincrement=True,
+)
+_ROW_TRIGGERS = tuple(
+    f"CREATE TRIGGER IF NOT EXISTS hm_rows_{when.lower()} AFTER {when} ON hm_nodes BEGIN "
+    f"INSERT OR REPLACE INTO hm_rows_changed (namespace, node_id) VALUES (OLD.namespace, OLD.id); END"
+    for when in ("UPDATE", "DELETE"))
+
 oplog = Table(
     "hm_oplog",
     metadata,
@@ -554,6 +575,9 @@ class SqlStore:
                 if index.name in _LATER_INDEXES and (self.is_sqlite or index is not FORGET_INDEX):
                     # (IF NOT EXISTS: reflection does not see an index on an expression)
                     conn.execute(CreateIndex(index, if_not_exists=True))
+            if self.is_sqlite:
+                for trigger in _ROW_TRIGGERS:
+                    conn.exec_driver_sql(trigger)
             if conn.execute(select(term_counts.c.term).limit(1)).first() is None and \
                     conn.execute(select(terms.c.term).limit(1)).first() is not None:
                 # A store made before the counts were kept: count its postings once.
@@ -855,6 +879,16 @@ class SqlStore:
                f"AND branch_id IN ({','.join('?' * len(branch_ids))})")
         return list(map(NodeRowEmbedded._make, raw.execute(sql, (namespace, *branch_ids))))
 
+    def branch_members(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[str]:
+        """The ids of every live node of the given branches, in the order
+        :meth:`branch_rows` reads their rows."""
+        raw = self._plain(conn)
+        if raw is None or len(branch_ids) > 500:
+            return [row.id for row in self.branch_rows(conn, namespace, branch_ids)]
+        sql = (f"SELECT id FROM {nodes.name} WHERE namespace = ? AND status = '{Status.LIVE.value}' "
+               f"AND branch_id IN ({','.join('?' * len(branch_ids))})")
+        return [r[0] for r in raw.execute(sql, (namespace, *branch_ids))]
+
     def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str],
                        branches: Iterable[str]) -> list[Row[Any]]:
         """(id, content_hash, branch_id, type) of the live nodes of ``namespace`` in
@@ -1063,6 +1097,23 @@ class SqlStore:
         raw = conn.connection.driver_connection
         return [r[0] for r in raw.execute(  # type: ignore[union-attr]
             f"SELECT node_id FROM {terms_changed.name} WHERE namespace = ? AND seq > ?", (namespace, seq))]
+
+    def rows_position(self, conn: Connection, namespace: str) -> int:
+        """The position of the namespace's last change to a node row (0: none noted;
+        SQLite only)."""
+        raw = conn.connection.driver_connection
+        row = raw.execute(f"SELECT max(seq) FROM {rows_changed.name} WHERE namespace = ?",  # type: ignore[union-attr]
+                          (namespace,)).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def rows_changed_since(self, conn: Connection, namespace: str, seq: int, limit: int) -> list[str] | None:
+        """The nodes whose rows changed or went after position ``seq``; None when
+        there are more than ``limit`` (SQLite only)."""
+        raw = conn.connection.driver_connection
+        out = [r[0] for r in raw.execute(  # type: ignore[union-attr]
+            f"SELECT node_id FROM {rows_changed.name} WHERE namespace = ? AND seq > ? LIMIT ?",
+            (namespace, seq, limit + 1))]
+        return None if len(out) > limit else out
 
     def all_postings(self, conn: Connection, namespace: str) -> Any:
         """A cursor over (stored term, node id, tf) of every posting of the namespace,

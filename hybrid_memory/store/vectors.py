@@ -11,7 +11,7 @@ import fcntl
 import hashlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -385,23 +385,36 @@ class ChromaIndex:
     def query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
         return self._query(namespace, vectors, n, self._graphs is not None)
 
+    def searcher(self, namespace: str, n: int) -> Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]]:
+        """:meth:`query` of ``n`` in two steps, for a search run on another thread:
+        what gives up the interpreter lock before the search (the namespace's
+        generation, read off the disk) is done here, in the caller; the callable
+        returned searches. A thread that gives the lock up waits to get it back
+        until the caller's thread gives it up, which a caller running Python may
+        not do for a millisecond."""
+        if self._graphs is None:
+            return lambda vectors: self._query(namespace, vectors, n, False)
+        generation = self._namespace_generation(namespace)
+        return lambda vectors: self._query(namespace, vectors, n, True, generation)
+
     def chroma_query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int) -> list[list[tuple[str, float]]]:
         """:meth:`query` asked of Chroma itself, never of an in-process graph (the
         benchmark's bare vector search)."""
         return self._query(namespace, vectors, n, False)
 
     def _query(self, namespace: str, vectors: np.ndarray[Any, Any], n: int,
-               graph: bool) -> list[list[tuple[str, float]]]:
+               graph: bool, generation: int | None = None) -> list[list[tuple[str, float]]]:
         matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         if n <= 0 or not len(matrix):
             return [[] for _ in range(len(matrix))]
         if graph and self._graphs is not None:
             # Without the folder's lock: a writer bumps the generation after its write,
-            # inside its lock, so a graph at the generation read here holds every write
-            # finished before this query began.
+            # inside its lock, so a graph at the generation read here (or given, read
+            # when the query began) holds every write finished before this query began.
+            if generation is None:
+                generation = self._namespace_generation(namespace)
             with self._mutex:
-                found = self._graphs.search(namespace, collection_name(namespace), matrix, n,
-                                            self._namespace_generation(namespace))
+                found = self._graphs.search(namespace, collection_name(namespace), matrix, n, generation)
             if found is not None:
                 return found
         with self._guard("query"), self._locked(False):
