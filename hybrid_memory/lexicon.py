@@ -42,8 +42,6 @@ _CATCH_UP_MIN = 2000
 _FOLD_SHARE = 0.05
 _FOLD_MIN = 5000
 _READ_CHUNK = 65536
-#: Nodes whose postings are kept by node (Lexicon._terms_of), at most.
-_TERMS_OF_MAX = 50_000
 
 
 class Stopped(Exception):
@@ -126,9 +124,6 @@ class Lexicon:
         self._ties: dict[str, tuple[float, str]] = {}
         # node number -> the creation time of its kept tie key (NaN: none kept)
         self._created = np.full(0, np.nan)
-        # node number -> {stored term: tf}: the postings of the nodes asked for
-        # lately, read from the store once (at most _TERMS_OF_MAX nodes)
-        self._terms_of: dict[int, dict[str, int]] = {}
 
     # -- keeping in step -------------------------------------------------------------
 
@@ -212,7 +207,6 @@ class Lexicon:
                     del over[t]
             if self._ties.pop(i, None) is not None and k < len(self._created):
                 self._created[k] = np.nan
-            self._terms_of.pop(k, None)
         for t, i, tf in rows:
             k = ix[i]
             over.setdefault(t, {})[k] = tf
@@ -347,16 +341,10 @@ class Lexicon:
         wanted = sorted({ix[i] for i in node_ids if i in ix})
         if not query_terms or not wanted:
             return []
-        stored = self._store._stored_terms(query_terms)
-        held = self._held_terms(conn, wanted)
-        if held is not None:
-            # Term by term, node by node: the order the arrays give them in.
-            return [(t, ids[k], tf) for st, t in stored.items() for k, terms in held
-                    if (tf := terms.get(st)) is not None]
         ks = np.asarray(wanted, dtype=np.int32)
         out: list[tuple[str, str, int]] = []
-        for st, t in stored.items():
-            nodes, tfs = self._base.get(st, (_EMPTY, _EMPTY))
+        for stored, t in self._store._stored_terms(query_terms).items():
+            nodes, tfs = self._base.get(stored, (_EMPTY, _EMPTY))
             if len(nodes):
                 at = np.searchsorted(nodes, ks)
                 at[at == len(nodes)] = 0
@@ -364,33 +352,10 @@ class Lexicon:
                 if self._any_stale:  # (nodes numbered since the arrays were made are in none of them)
                     hit[hit] = ~self._stale[ks[hit]]
                 out.extend((t, ids[k], tf) for k, tf in zip(ks[hit].tolist(), tfs[at[hit]].tolist(), strict=True))
-            add = self._over.get(st)
+            add = self._over.get(stored)
             if add:
                 out.extend((t, ids[k], add[k]) for k in wanted if k in add)
         return out
-
-    def _held_terms(self, conn: Connection, wanted: Sequence[int]) -> list[tuple[int, dict[str, int]]] | None:
-        """(node number, {stored term: tf}) of the nodes ``wanted``, in their order:
-        a query asks for the postings of its candidates and of the branches it
-        opens, mostly the same nodes as the queries before it, and looking each of
-        the query's terms up in its array costs more than reading them by node. The
-        nodes not kept yet are read from the store, when ``conn`` reads what the
-        copy holds (its position); None otherwise (the arrays answer)."""
-        kept = self._terms_of
-        missing = [k for k in wanted if k not in kept]
-        if missing:
-            if self._store.terms_position(conn, self._namespace) != self.position:
-                return None
-            if len(kept) + len(missing) > _TERMS_OF_MAX:
-                kept.clear()
-            ids = self._ids
-            read: dict[int, dict[str, int]] = {k: {} for k in missing}
-            ix = self._ix
-            for term, node_id, tf in self._store.postings_of(conn, self._namespace, [ids[k] for k in missing]):
-                read[ix[node_id]][term] = tf
-            kept.update(read)
-            return [(k, kept[k] if k in kept else read[k]) for k in wanted]
-        return [(k, kept[k]) for k in wanted]
 
     def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
         """As :meth:`SqlStore.tie_keys`."""

@@ -968,10 +968,7 @@ def _branch_scores(
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
         groups[root_of(row.path) if by_family else row.branch_id][i] = row
-    held: dict[str, list[Posting]] = defaultdict(list)  # a candidate's postings
-    for p in postings:
-        if p[1] in cand_rows:
-            held[p[1]].append(p)
+    held: dict[str, list[Posting]] | None = None  # a candidate's postings (read for a family of branches)
     out: list[tuple[float, str, int]] = []
     holders = {node_id for term, node_id, _ in postings if term in named and node_id in cand_rows} if named else set()
     for key, members in groups.items():
@@ -983,6 +980,11 @@ def _branch_scores(
             out.append((score, first, len(members)))
             continue
         count = Counter(row.branch_id for row in members.values())
+        if held is None:
+            held = defaultdict(list)
+            for p in postings:
+                if p[1] in cand_rows:
+                    held[p[1]].append(p)
         scale = rarity
         root = key  # (a family: only families hold more than one branch)
         if title != 1.0 and root in members:

@@ -1125,7 +1125,10 @@ class SqlStore:
     def postings_of(self, conn: Connection, namespace: str, node_ids: Sequence[str]) -> list[tuple[str, str, int]]:
         """(stored term, node id, tf) of every posting of the nodes ``node_ids``."""
         raw = conn.connection.driver_connection
-        sql = f"SELECT term, node_id, tf FROM {terms.name} WHERE namespace = ?"
+        # "+namespace": seek the node index. On the namespace alone, the primary
+        # key's first column, SQLite's planner read every posting of the namespace
+        # (about 250 ms at 100k memories, for a handful of nodes).
+        sql = f"SELECT term, node_id, tf FROM {terms.name} WHERE +namespace = ?"
         out: list[tuple[str, str, int]] = []
         for chunk in _chunks(list(node_ids), 500):
             out.extend(raw.execute(sql + f" AND node_id IN ({','.join('?' * len(chunk))})",  # type: ignore[union-attr]
