@@ -57,7 +57,7 @@ _BM25_K1, _BM25_B = 1.2, 0.75
 _BREADTH = (1.0, 0.15, 0.05)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Scored:
     node: Node
     similarity: float = 0.0
@@ -217,7 +217,7 @@ class Retriever:
             # The located branch's family (its top-level task's tree) is opened with it.
             located_root = root_of(next(row.path for row in cand_rows.values()
                                         if row.branch_id == scored_branches[0][1]))
-            family = self._family(conn, located_root, branch_score, every_branch)
+            family = self._family(view, located_root, branch_score, every_branch)
             for b in family:
                 every_branch.setdefault(b, best)
 
@@ -362,7 +362,7 @@ class Retriever:
             except RuntimeError:  # shut down: close() ran meanwhile
                 raise ClosedError("this MemoryTree is closed") from None
 
-    def _family(self, conn: Connection, root: str, opened: Mapping[str, float],
+    def _family(self, view: RowView | StoreView, root: str, opened: Mapping[str, float],
                 every_branch: Mapping[str, float]) -> set[str]:
         """The branches of the family under ``root`` (the located branch's top-level
         task) not opened already, at most ``retrieval.family_open``: those stage 1 scored first,
@@ -370,7 +370,7 @@ class Retriever:
         n = self.config.retrieval.family_open
         if n <= 0 or not self.config.retrieval.by_family:
             return set()
-        others = [b for b in self.store.branches_under(conn, self.namespace, root) if b not in opened]
+        others = [b for b in view.branches_under(root) if b not in opened]
         others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)
         others.sort(key=lambda b: (b not in every_branch, -every_branch.get(b, 0.0)))
         return set(others[:n])

@@ -6,14 +6,17 @@ them were read by the queries before it (an agent asks about the task it works
 on), and reading them again cost more than a tenth of the query. A
 :class:`RowCache` keeps the rows last read (at most ``retrieval.row_cache``, the
 least recently used going first), with the :class:`~hybrid_memory.model.Node`
-made of each.
+made of each, and the lists queries read to open a branch: the live nodes of each
+branch and the branches of each family.
 
 It stays in step through ``hm_rows_changed``: a trigger notes every UPDATE and
 DELETE of a node row there, in the same transaction, whatever code runs it. Each
 query opens a :class:`RowView` in its read transaction, which reads the
 namespace's last position (one index seek); if it moved, the rows changed since
 are dropped, or all of them after many changes. A new row needs no note: no
-cache can hold it before it is read.
+cache can hold it before it is read. The lists are dropped whenever the tree
+changed shape (``hm_shape_changes``: a node added or deleted, its status, parent,
+path or branch changed; a read counted or a new content leaves them).
 
 A view whose transaction does not see the position the cache stands at (a
 thread reading an older snapshot than another's) reads from the store and keeps
@@ -53,6 +56,12 @@ class RowCache:
         self._rows: OrderedDict[str, list[Any]] = OrderedDict()
         #: The change position the rows stand at (-1: none read yet).
         self.position = -1
+        #: How many times the tree had changed shape when the lists below were read
+        #: (-1: none read): the live nodes of each branch (their ids, as stored) and
+        #: the branches of each family (by id), as the queries since read them.
+        self.shape = -1
+        self._members: dict[str, list[str]] = {}
+        self._families: dict[str, list[str]] = {}
         #: Rows found here, rows read from the store, and times every row was dropped.
         self.hits = self.misses = self.resets = 0
 
@@ -61,14 +70,20 @@ class RowCache:
 
     def view(self, conn: Connection) -> RowView:
         """The rows as ``conn``'s read transaction sees them (call inside it)."""
-        pos = self._store.rows_position(conn, self._namespace)
+        pos, shape = self._store.rows_position(conn, self._namespace)
         with self._lock:
+            if shape != self.shape:
+                if self.shape >= 0 and shape < self.shape:  # (an older transaction: as below)
+                    return RowView(self, conn, pos, shape, shared=False)
+                self._members.clear()
+                self._families.clear()
+                self.shape = shape
             if pos != self.position:
                 if self.position < 0 or pos < self.position:
                     # Nothing read yet, or a transaction older than the rows here:
                     # this view reads from the store (and, the first time, starts here).
                     if self.position >= 0:
-                        return RowView(self, conn, pos, shared=False)
+                        return RowView(self, conn, pos, shape, shared=False)
                     self._rows.clear()
                 else:
                     changed = self._store.rows_changed_since(conn, self._namespace, self.position, _DROP_MAX)
@@ -79,21 +94,28 @@ class RowCache:
                         for node_id in changed:
                             self._rows.pop(node_id, None)
                 self.position = pos
-        return RowView(self, conn, pos, shared=True)
+            return RowView(self, conn, pos, shape, shared=True)
 
     def clear(self) -> None:
         """Drop every row (an erasure in this process drops them before its next query)."""
         with self._lock:
             self._rows.clear()
-            self.position = -1
+            self._members.clear()
+            self._families.clear()
+            self.position = self.shape = -1
 
 
 class RowView:
     """One read transaction's rows: from the cache where it holds them at this
     transaction's position, from the store otherwise (and kept there)."""
 
-    def __init__(self, cache: RowCache, conn: Connection, position: int, *, shared: bool) -> None:
-        self._cache, self._conn, self._position, self._shared = cache, conn, position, shared
+    def __init__(self, cache: RowCache, conn: Connection, position: int, shape: int, *, shared: bool) -> None:
+        self._cache, self._conn, self._position, self._shape, self._shared = cache, conn, position, shape, shared
+
+    def _current(self) -> bool:
+        """Whether the cache stands where this view's transaction reads (call holding its lock)."""
+        cache = self._cache
+        return self._shared and cache.position == self._position and cache.shape == self._shape
 
     def rows(self, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Any]:
         """As :meth:`SqlStore.node_rows` with the embeddings: the rows of ``ids`` that
@@ -103,7 +125,7 @@ class RowView:
         found: dict[str, Any] = {}
         missing: list[str] = []
         with cache._lock:
-            shared = self._shared and cache.position == self._position
+            shared = self._current()
             held = cache._rows
             for node_id in ids:
                 entry = held.get(node_id) if shared else None
@@ -117,7 +139,7 @@ class RowView:
         if missing:
             read = cache._store.node_rows(self._conn, missing, embedding=True)
             with cache._lock:
-                if self._shared and cache.position == self._position:
+                if self._current():
                     held = cache._rows
                     for node_id, row in read.items():
                         held[node_id] = [row, None]
@@ -131,10 +153,36 @@ class RowView:
 
     def branch_rows(self, branch_ids: Sequence[str]) -> list[Any]:
         """As :meth:`SqlStore.branch_rows`: every live node of the branches, in the
-        order the store lists them."""
-        ids = self._cache._store.branch_members(self._conn, self._cache._namespace, branch_ids)
+        order the store lists them (by branch id, then as stored)."""
+        cache, wanted = self._cache, sorted(set(branch_ids))
+        with cache._lock:
+            shared = self._current()
+            members = {b: cache._members[b] for b in wanted if b in cache._members} if shared else {}
+        missing = [b for b in wanted if b not in members]
+        if missing:
+            read: dict[str, list[str]] = {b: [] for b in missing}
+            for node_id, branch in cache._store.branch_members(self._conn, cache._namespace, missing):
+                read[branch].append(node_id)
+            with cache._lock:
+                if shared and self._current():
+                    cache._members.update(read)
+            members.update(read)
+        ids = [i for b in wanted for i in members[b]]
         rows = self.rows(ids, live_only=True)
         return [rows[i] for i in ids if i in rows]
+
+    def branches_under(self, root_id: str) -> list[str]:
+        """As :meth:`SqlStore.branches_under`: the branches of the family under ``root_id``."""
+        cache = self._cache
+        with cache._lock:
+            shared = self._current()
+            if shared and root_id in cache._families:
+                return list(cache._families[root_id])
+        found = cache._store.branches_under(self._conn, cache._namespace, root_id)
+        with cache._lock:
+            if shared and self._current():
+                cache._families[root_id] = list(found)
+        return found
 
     def node(self, row: Any) -> Node:
         """The Node of ``row`` (one of this view's), made once while the row is kept.
@@ -161,6 +209,9 @@ class StoreView:
 
     def branch_rows(self, branch_ids: Sequence[str]) -> list[Any]:
         return self._store.branch_rows(self._conn, self._namespace, branch_ids)
+
+    def branches_under(self, root_id: str) -> list[str]:
+        return self._store.branches_under(self._conn, self._namespace, root_id)
 
     def node(self, row: Any) -> Node:
         return node_from_row(row)

@@ -188,3 +188,31 @@ def test_an_erasure_leaves_nothing_in_the_cache(open_memory: Any, sqlite_only: N
     mem.erase(task, compact=False)
     assert len(cache) == 0
     assert mem.retrieve("酒店发票金额是多少？", reinforce=False).nodes == ()
+
+
+def test_the_tree_changes_shape_on_adds_deletes_and_moves_only(open_memory: Any, sqlite_only: None) -> None:
+    """A new node, a deletion, an archive or a move is counted as a change of the
+    tree's shape (which nodes each branch holds); a new content, a read counted or a
+    vector settling is not, though each moves the rows' position."""
+    mem = open_memory(dedup={"enabled": False}, usage={"flush_every": 1})
+
+    def where() -> tuple[int, int]:
+        with mem.store.reading() as conn:
+            return mem.store.rows_position(conn, mem.namespace)
+
+    start = where()
+    task = mem.add("出差 TRV-88 去里斯本", type="task", parent=ROOT)
+    other = mem.add("Ticket TKT-90: printer will not connect", type="task", parent=ROOT)
+    note = mem.add("TRV-88 的酒店是里斯本的 Avenida Palace。", type="fact", parent=task)
+    added = where()
+    assert added[1] > start[1]
+    mem.update(note, content="TRV-88 改住 Hotel Britania。", importance=0.8)
+    mem.retrieve("TRV-88 住哪家酒店？")  # a read, written at once
+    touched = where()
+    assert touched[1] == added[1] and touched[0] > added[0]
+    steps = [lambda: mem.archive(note), lambda: mem.restore(note), lambda: mem.move(note, other),
+             lambda: mem.delete(note)]
+    for step in steps:
+        before = where()
+        step()
+        assert where()[1] > before[1]

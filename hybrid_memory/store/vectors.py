@@ -244,10 +244,18 @@ class ChromaIndex:
         """How many writes the folder's copy of ``namespace`` has had (0 for a server)."""
         if self._path is None:
             return 0
+        # (read at every query: os.open and os.read, not a text file object, which
+        # costs several times as much for these few bytes)
         try:
-            return int((self._path / GRAPH_FOLDER / f"{collection_name(namespace)}.gen").read_text() or 0)
-        except (FileNotFoundError, ValueError):
+            fd = os.open(self._path / GRAPH_FOLDER / f"{collection_name(namespace)}.gen", os.O_RDONLY)
+        except FileNotFoundError:
             return 0
+        try:
+            return int(os.read(fd, 64) or 0)
+        except ValueError:
+            return 0
+        finally:
+            os.close(fd)
 
     def _wrote(self, namespace: str, kind: str, ids: Sequence[str], vectors: np.ndarray[Any, Any] | None) -> None:
         """Count a write of ``namespace`` to a folder (inside its exclusive lock), and
