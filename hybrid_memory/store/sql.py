@@ -186,38 +186,33 @@ term_counts = Table(
     sqlite_with_rowid=False,
 )
 
-# Which nodes' postings changed, in the order they changed (SQLite): an in-process
-# copy of the lexical index (hybrid_memory.lexicon) catches up by reading the nodes
-# changed since its position instead of the whole index. One row per node, moved to
-# a new position at each change (INSERT OR REPLACE), so the table holds at most a
-# row per node; an erased namespace leaves one row without a node id: read it all again.
-terms_changed = Table(
-    "hm_terms_changed",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("namespace", String(128), nullable=False),
-    Column("node_id", String(32), nullable=False),
-    UniqueConstraint("namespace", "node_id"),
-    Index("hm_terms_changed_ns", "namespace", "seq"),
-    sqlite_autoincrement=True,
-)
+def _change_table(name: str) -> Table:
+    """A table of which nodes changed, in the order they changed (SQLite): one row
+    per node, moved to a new position at each change (INSERT OR REPLACE), so it
+    holds at most a row per node; a reader catches up from its position."""
+    return Table(
+        name,
+        metadata,
+        Column("seq", Integer, primary_key=True, autoincrement=True),
+        Column("namespace", String(128), nullable=False),
+        Column("node_id", String(32), nullable=False),
+        UniqueConstraint("namespace", "node_id"),
+        Index(f"{name}_ns", "namespace", "seq"),
+        sqlite_autoincrement=True,
+    )
 
-# Which nodes' rows changed or went, in the order they did (SQLite): an in-process
-# cache of the rows retrieval reads (hybrid_memory.rowcache) drops the nodes changed
-# since its position instead of trusting a row it read earlier. Kept by triggers
-# (_ROW_TRIGGERS), so that every UPDATE or DELETE of a node row is noted, whatever
-# code runs it; a new row needs no note, as no cache can hold it yet. One row per
-# node, moved to a new position at each change, as in hm_terms_changed.
-rows_changed = Table(
-    "hm_rows_changed",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("namespace", String(128), nullable=False),
-    Column("node_id", String(32), nullable=False),
-    UniqueConstraint("namespace", "node_id"),
-    Index("hm_rows_changed_ns", "namespace", "seq"),
-    sqlite_autoincrement=True,
-)
+
+# Whose postings changed: an in-process copy of the lexical index
+# (hybrid_memory.lexicon) catches up by reading the nodes changed since its position
+# instead of the whole index; an erased namespace leaves one row without a node id:
+# read it all again.
+terms_changed = _change_table("hm_terms_changed")
+# Whose rows changed or went: an in-process cache of the rows retrieval reads
+# (hybrid_memory.rowcache) drops the nodes changed since its position instead of
+# trusting a row it read earlier. Kept by triggers (_ROW_TRIGGERS), so that every
+# UPDATE or DELETE of a node row is noted, whatever code runs it; a new row needs no
+# note, as no cache can hold it yet.
+rows_changed = _change_table("hm_rows_changed")
 # How many times each namespace's tree changed shape (SQLite): a node added, deleted,
 # or its status, parent, path or branch changed, as counted by the triggers below. A
 # read, a new content or weight, a vector settling leave it: the cache drops which
