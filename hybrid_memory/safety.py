@@ -233,6 +233,7 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
     conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
     store.mark_all_changed(conn, namespace)
     conn.execute(delete(nodes).where(nodes.c.namespace == namespace))
+    store.mark_rows_all_changed(conn, namespace)
     conn.execute(delete(oplog).where(oplog.c.namespace == namespace))
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))
     conn.execute(delete(cursors).where(cursors.c.namespace == namespace))

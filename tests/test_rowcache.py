@@ -216,3 +216,25 @@ def test_the_tree_changes_shape_on_adds_deletes_and_moves_only(open_memory: Any,
         before = where()
         step()
         assert where()[1] > before[1]
+
+
+def test_an_erased_namespace_leaves_one_mark_and_every_cache_drops_its_rows(open_memory: Any, tmp_path: Path,
+                                                                            sqlite_only: None) -> None:
+    """The ids the triggers noted for an erased namespace give way to one row
+    without a node id; another handle's cache then drops every row it kept."""
+    folder = tmp_path / "mem"
+    mem = open_memory(folder=folder, dedup={"enabled": False})
+    other = open_memory(folder=folder, session="other", dedup={"enabled": False})
+    task = mem.add("报销单 EXP-31：上海出差的酒店发票", type="task", parent=ROOT)
+    mem.add("酒店发票金额是八百元", type="fact", parent=task)
+    mem.add("Finance asked for the taxi receipt too", type="fact", parent=task)
+    assert other.retrieve("酒店发票金额是多少？", reinforce=False).nodes
+    cache = other._retriever.rows
+    assert cache is not None and len(cache) > 0
+    mem.erase_namespace(compact=False)
+    with mem.store.reading() as conn:
+        marks = conn.exec_driver_sql("SELECT node_id FROM hm_rows_changed WHERE namespace = ?",
+                                     (mem.namespace,)).scalars().all()
+    assert marks == [""]
+    assert other.retrieve("酒店发票金额是多少？", reinforce=False).nodes == ()
+    assert len(cache) == 0 and cache.resets == 1

@@ -1096,6 +1096,14 @@ class SqlStore:
             conn.execute(delete(terms_changed).where(terms_changed.c.namespace == namespace))
             self._mark_changed(conn, [(namespace, "")])
 
+    def mark_rows_all_changed(self, conn: Connection, namespace: str) -> None:
+        """Note that every node row of ``namespace`` may have changed (an erasure of
+        the namespace, after its rows are deleted): the ids the triggers noted give
+        way to one row without a node id, which makes a cache drop every row."""
+        if self.is_sqlite:
+            conn.execute(delete(rows_changed).where(rows_changed.c.namespace == namespace))
+            conn.exec_driver_sql(f"INSERT INTO {rows_changed.name} (namespace, node_id) VALUES (?, '')", (namespace,))
+
     def terms_position(self, conn: Connection, namespace: str) -> int:
         """The position of the namespace's last change to its postings (0: none noted)."""
         raw = conn.connection.driver_connection
@@ -1119,12 +1127,12 @@ class SqlStore:
 
     def rows_changed_since(self, conn: Connection, namespace: str, seq: int, limit: int) -> list[str] | None:
         """The nodes whose rows changed or went after position ``seq``; None when
-        there are more than ``limit`` (SQLite only)."""
+        there are more than ``limit``, or the namespace was erased (SQLite only)."""
         raw = conn.connection.driver_connection
         out = [r[0] for r in raw.execute(  # type: ignore[union-attr]
             f"SELECT node_id FROM {rows_changed.name} WHERE namespace = ? AND seq > ? LIMIT ?",
             (namespace, seq, limit + 1))]
-        return None if len(out) > limit else out
+        return None if len(out) > limit or "" in out else out
 
     def all_postings(self, conn: Connection, namespace: str) -> Any:
         """A cursor over (stored term, node id, tf) of every posting of the namespace,
