@@ -42,7 +42,7 @@ from .model import (
     root_of,
     tree_order,
 )
-from .recovery import merge_waiting
+from .recovery import merge_waiting, outbox_vectors
 from .rowcache import RowCache, RowView, StoreView, own_node
 from .store.sql import SqlStore, from_blob, node_from_row
 from .store.vectors import VectorIndex
@@ -113,7 +113,7 @@ class Retriever:
         self._building: threading.Thread | None = None
         self._stop = threading.Event()
         self._searches = 0
-        #: The thread the vector searches run on (made by the first query).
+        #: The thread each query's lexical channel runs on (made by the first query).
         self._query_thread: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         #: The node rows the last queries read, kept in step with the store
@@ -129,11 +129,8 @@ class Retriever:
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
             seq = functools.cache(lambda: self.store.last_seq(conn, self.namespace))
-            # The outbox is read first, as recovery.nearest reads it: the index is
-            # asked after (the vectors of the nodes waiting there are read in the
-            # same snapshot after it).
-            waiting_ids = self.store.pending_upserts(conn, self.namespace)
-            waiting = self.store.embeddings(conn, waiting_ids) if waiting_ids else {}
+            # The outbox is read first, as recovery.nearest reads it: the index is asked after.
+            waiting = outbox_vectors(self.store, self.namespace, conn)
             view = self._view(conn)
             search = self._prepared_search(r.candidates)
 
@@ -337,10 +334,10 @@ class Retriever:
         up the interpreter lock for a file read, would wait to get it back until the
         other gives it up. A failure to prepare is raised by the search."""
         searcher = getattr(self.index, "searcher", None)
+        if searcher is None:
+            return functools.partial(self.index.query, self.namespace, n=n)
         try:
-            if searcher is not None:
-                prepared: Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]] = searcher(self.namespace, n)
-                return prepared
+            prepared: Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]] = searcher(self.namespace, n)
         except Exception as exc:
             failed = exc
 
@@ -348,7 +345,7 @@ class Retriever:
                 raise failed
 
             return fail
-        return functools.partial(self.index.query, self.namespace, n=n)
+        return prepared
 
     def _beside(self, fn: Callable[[], _T_]) -> Future[_T_]:
         """Run ``fn`` on this retriever's query thread (made by the first query)."""
@@ -432,9 +429,9 @@ class Retriever:
         if self._building is not None:
             self._building.join()
         with self._lock:
-            searcher, self._query_thread = self._query_thread, None
-            if searcher is not None:
-                searcher.shutdown(wait=True)
+            pool, self._query_thread = self._query_thread, None
+            if pool is not None:
+                pool.shutdown(wait=True)
 
     def _live_count(self, conn: Connection, seq: int | None = None) -> int:
         """How many live nodes the namespace holds (the idf's document count). Counting
@@ -471,18 +468,15 @@ class Retriever:
         return heapq.nlargest(r.standing_max, (s for s in pool if s.node.id not in gone),
                               key=lambda s: (s.weight, s.node.created_at, s.node.content))
 
-    def _weight(self, node: Node, now: float) -> float:
-        """The weight ``node`` is ranked by: :meth:`weight_of`, or with
-        ``retrieval.rank_reads`` off the same as if it had never been read."""
-        if self.config.retrieval.rank_reads:
-            return self.weight_of(node, now)
-        return weight(importance=node.importance, confidence=node.confidence, access_count=0,
-                      touched_at=node.written_at, now=now, cfg=self.config.weights)
-
-    def _weigher(self, now: float) -> Callable[[Node], float]:
-        """:meth:`_weight` at ``now`` for many nodes: what each reads looked up once."""
-        cfg = self.config.weights
-        if not self.config.retrieval.rank_reads:
+    def _weigher(self, now: float, cfg: WeightConfig | None = None, *,
+                 reads: bool | None = None) -> Callable[[Node], float]:
+        """The weight a node is ranked by at ``now`` under ``cfg`` (default
+        [weights]): :meth:`weight_of` when ``reads`` (default ``retrieval.rank_reads``),
+        else the same as if it had never been read. For many nodes: what each reads
+        is looked up once."""
+        if cfg is None:
+            cfg = self.config.weights
+        if not (self.config.retrieval.rank_reads if reads is None else reads):
             return lambda node: weight(importance=node.importance, confidence=node.confidence, access_count=0,
                                        touched_at=node.written_at, now=now, cfg=cfg)
         pending = self.pending()
@@ -500,11 +494,7 @@ class Retriever:
         reads still buffered in this handle: a read changes the next answer whether or
         not it was written yet, so a restart (which writes them) never changes what is
         returned."""
-        n, at = self.pending().get(node.id, (0, node.touched_at))
-        return weight(
-            importance=node.importance, confidence=node.confidence, access_count=node.access_count + n,
-            touched_at=max(node.touched_at, at), now=now, cfg=self.config.weights if cfg is None else cfg,
-        )
+        return self._weigher(now, cfg, reads=True)(node)
 
     # -- without a query -----------------------------------------------------------
 
@@ -517,11 +507,12 @@ class Retriever:
             anchor = self.store.get(conn, row.branch_id) or row
             on_path = set(path_ids(row.path))
             scored: dict[str, _Scored] = {}
+            weigh = self._weigher(now)
             for r in self.store.subtree(conn, self.namespace, anchor.path, status=None):
                 if r.status != "live":
                     continue
                 node = node_from_row(r)
-                s = _Scored(node, weight=self._weight(node, now))
+                s = _Scored(node, weight=weigh(node))
                 s.score = s.weight
                 scored[node.id] = s
             top = heapq.nlargest(k, (s for s in scored.values() if s.node.id not in on_path), key=rank_key)
@@ -549,9 +540,10 @@ class Retriever:
         ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
         known: dict[str, _Scored] = dict(scored)
         unknown = [a for a in ancestor_ids if a not in known]
+        weigh = self._weigher(now)
         for node_id, arow in view.rows(unknown).items():
             node = view.node(arow)
-            known[node_id] = _Scored(node, weight=self._weight(node, now))
+            known[node_id] = _Scored(node, weight=weigh(node))
         chosen: dict[str, tuple[_Scored, str]] = {}
         used = dropped = 0
         # A node's line costs the same each time it is counted (as an ancestor of

@@ -78,22 +78,19 @@ class RowCache:
                 self._members.clear()
                 self._families.clear()
                 self.shape = shape
-            if pos != self.position:
-                if self.position < 0 or pos < self.position:
-                    # Nothing read yet, or a transaction older than the rows here:
-                    # this view reads from the store (and, the first time, starts here).
-                    if self.position >= 0:
-                        return RowView(self, conn, pos, shape, shared=False)
+            if pos < self.position:  # a transaction older than the rows here: it reads the store
+                return RowView(self, conn, pos, shape, shared=False)
+            if self.position < 0:  # nothing read yet: start here
+                self._rows.clear()
+            elif pos > self.position:
+                changed = self._store.rows_changed_since(conn, self._namespace, self.position, _DROP_MAX)
+                if changed is None:
                     self._rows.clear()
+                    self.resets += 1
                 else:
-                    changed = self._store.rows_changed_since(conn, self._namespace, self.position, _DROP_MAX)
-                    if changed is None:
-                        self._rows.clear()
-                        self.resets += 1
-                    else:
-                        for node_id in changed:
-                            self._rows.pop(node_id, None)
-                self.position = pos
+                    for node_id in changed:
+                        self._rows.pop(node_id, None)
+            self.position = pos
             return RowView(self, conn, pos, shape, shared=True)
 
     def clear(self) -> None:

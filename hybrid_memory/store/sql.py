@@ -452,6 +452,8 @@ NodeRowEmbedded: Any = type("NodeRowEmbedded", (_PlainRow, namedtuple("NodeRowEm
 _PLAIN_ROWS = (NodeRow, NodeRowEmbedded)
 _PLAIN_SELECT = {emb: f"SELECT {', '.join((*_PLAIN_COLUMNS, *(('embedding',) if emb else ())))} FROM {nodes.name} WHERE "
                  for emb in (False, True)}
+#: Which rows are the live nodes of some branches (the branch ids follow, as parameters).
+_IN_BRANCHES = f"namespace = ? AND status = '{Status.LIVE.value}' AND branch_id IN "
 
 
 @functools.cache
@@ -886,8 +888,7 @@ class SqlStore:
         raw = self._plain(conn)
         if raw is None or len(branch_ids) > 500:
             return list(conn.execute(_Q.branch_rows, {"ns": namespace, "branches": list(branch_ids)}).all())
-        sql = (f"{_PLAIN_SELECT[True]}namespace = ? AND status = '{Status.LIVE.value}' "
-               f"AND branch_id IN ({','.join('?' * len(branch_ids))})")
+        sql = f"{_PLAIN_SELECT[True]}{_IN_BRANCHES}({','.join('?' * len(branch_ids))})"
         return list(map(NodeRowEmbedded._make, raw.execute(sql, (namespace, *branch_ids))))
 
     def branch_members(self, conn: Connection, namespace: str, branch_ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -896,8 +897,7 @@ class SqlStore:
         raw = self._plain(conn)
         if raw is None or len(branch_ids) > 500:
             return [(row.id, row.branch_id) for row in self.branch_rows(conn, namespace, branch_ids)]
-        sql = (f"SELECT id, branch_id FROM {nodes.name} WHERE namespace = ? AND status = '{Status.LIVE.value}' "
-               f"AND branch_id IN ({','.join('?' * len(branch_ids))})")
+        sql = f"SELECT id, branch_id FROM {nodes.name} WHERE {_IN_BRANCHES}({','.join('?' * len(branch_ids))})"
         return raw.execute(sql, (namespace, *branch_ids)).fetchall()
 
     def find_by_hashes(self, conn: Connection, namespace: str, hashes: Iterable[str],

@@ -394,12 +394,12 @@ class ChromaIndex:
         return self._query(namespace, vectors, n, self._graphs is not None)
 
     def searcher(self, namespace: str, n: int) -> Callable[[np.ndarray[Any, Any]], list[list[tuple[str, float]]]]:
-        """:meth:`query` of ``n`` in two steps, for a search run on another thread:
-        what gives up the interpreter lock before the search (the namespace's
-        generation, read off the disk) is done here, in the caller; the callable
-        returned searches. A thread that gives the lock up waits to get it back
-        until the caller's thread gives it up, which a caller running Python may
-        not do for a millisecond."""
+        """:meth:`query` of ``n`` in two steps, for a search run while another thread
+        runs Python: what gives up the interpreter lock before the search (the
+        namespace's generation, read off the disk) is done here, before that thread
+        starts; the callable returned searches. A thread that gives the lock up waits
+        to get it back until the other gives it up, which a thread running Python
+        may not do for a millisecond."""
         if self._graphs is None:
             return lambda vectors: self._query(namespace, vectors, n, False)
         generation = self._namespace_generation(namespace)
