@@ -1,4 +1,4 @@
-"""The real evaluation data sets (LoCoMo, LongMemEval, MADial-Bench, MemDaily) as traces.
+"""The real evaluation data sets (LoCoMo, LongMemEval, MADial-Bench, MemDaily, RealMem) as traces.
 
     load("locomo")                        # the events, ready to replay
     events, report = load_with_report("longmemeval", limit=20)
@@ -56,6 +56,9 @@ Per data set (``limit`` caps the independent units, for quick runs):
   last three lines before the first test turn (the assistant's reply that
   should use the memories, so it is left out); gold is ``relevant-id``.
   The data set has no question categories: every query is "memory-recall".
+- ``realmem`` (English, the one set with task structure): one namespace per
+  persona, projects as tasks and their stages as subtasks, each project
+  session focusing its stage; see :mod:`eval.realmem`.
 
 What a loader normalised, dropped or skipped is counted in the Report that
 ``load_with_report`` returns, with a few examples of each kind.
@@ -64,19 +67,29 @@ What a loader normalised, dropped or skipped is counted in the Report that
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from eval.loading import (
+    DatasetError,
+    Event,
+    Report,
+    add_event,
+    epoch,
+    json_lines,
+    json_list,
+    namespace_event,
+    query_event,
+    schema,
+    unique,
+)
+from eval.realmem import load_realmem
 from eval.trace import TraceError, read_trace, write_trace
 
 __all__ = [
@@ -92,33 +105,11 @@ __all__ = [
     "write_trace",
 ]
 
-Event = dict[str, Any]
-
-DATASETS = ("locomo", "longmemeval", "madial", "memdaily")
+DATASETS = ("locomo", "longmemeval", "madial", "memdaily", "realmem")
 #: The importance of an assistant's turn in a user-assistant chat (LongMemEval): below
 #: an event's default (0.5), so that the user's own statements outrank the replies.
 ASSISTANT_IMPORTANCE = 0.3
 DATA_ENV = "HYBRID_MEMORY_EVAL_DATA"
-EXAMPLES_KEPT = 3  # examples a Report keeps per kind: enough to see what happened
-
-
-class DatasetError(ValueError):
-    """A data set is unknown, missing, or not in the schema its loader expects."""
-
-
-@dataclass
-class Report:
-    """What a loader normalised, dropped or skipped: a count per kind, a few examples each."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    examples: dict[str, list[str]] = field(default_factory=dict)
-
-    def note(self, kind: str, example: str) -> None:
-        """Count one occurrence of ``kind``, keeping ``example`` if few are kept yet."""
-        self.counts[kind] += 1
-        kept = self.examples.setdefault(kind, [])
-        if len(kept) < EXAMPLES_KEPT:
-            kept.append(example)
 
 
 def default_data_dir() -> Path:
@@ -145,7 +136,7 @@ def load_with_report(
     relative, loader = _LOADERS[name]
     path = Path(data_dir if data_dir is not None else default_data_dir()) / relative
     report = Report()
-    with _schema(path):
+    with schema(path):
         events = loader(path, limit, report)
     _note_early_queries(events, report)
     return events, report
@@ -166,14 +157,14 @@ _DIA_ID = re.compile(r"D:?(\d+):(\d+)")
 
 def _locomo(path: Path, limit: int | None, report: Report) -> list[Event]:
     """One namespace per conversation, the first ``limit`` of them."""
-    return [e for sample in _json_list(path)[:limit] for e in _locomo_conversation(sample, report)]
+    return [e for sample in json_list(path)[:limit] for e in _locomo_conversation(sample, report)]
 
 
 def _locomo_conversation(sample: Mapping[str, Any], report: Report) -> list[Event]:
     """A conversation's sessions as branches, then its answerable questions."""
     name = sample["sample_id"]
     conversation = sample["conversation"]
-    events = [_namespace(name)]
+    events = [namespace_event(name)]
     session_of: dict[str, str] = {}  # dia_id -> the node id of its session
     for number in _locomo_session_numbers(conversation):
         turns = conversation.get(f"session_{number}")
@@ -205,10 +196,10 @@ def _locomo_session(
     session = f"{name}/session_{number}"
     speakers = f"{conversation['speaker_a']} and {conversation['speaker_b']}"
     content = f"Session {number} of {speakers}, {date}"
-    events = [_add(session, None, "task", content, ts)]
+    events = [add_event(session, None, "task", content, ts)]
     for position, turn in enumerate(turns, start=1):
         events.append(
-            _add(f"{name}/{turn['dia_id']}", session, "event", _locomo_turn(turn), ts + position)
+            add_event(f"{name}/{turn['dia_id']}", session, "event", _locomo_turn(turn), ts + position)
         )
     return events
 
@@ -227,7 +218,7 @@ def _locomo_ts(date: object, where: str) -> float:
         raise DatasetError(f"{where}: unreadable date {date!r}")
     hour = int(match[1]) % 12 + (12 if match[3].lower() == "p" else 0)
     month = _MONTHS.index(match[5].lower()) + 1
-    return _epoch(where, int(match[6]), month, int(match[4]), hour, int(match[2]))
+    return epoch(where, int(match[6]), month, int(match[4]), hour, int(match[2]))
 
 
 def _locomo_query(
@@ -249,8 +240,8 @@ def _locomo_query(
     if not gold:
         report.note("question_no_gold", f"{query_id}: evidence {qa['evidence']!r}")
         return None
-    task = _unique(session_of[dia_id] for dia_id in gold)
-    return _query(
+    task = unique(session_of[dia_id] for dia_id in gold)
+    return query_event(
         query_id,
         qa["question"],
         [f"{name}/{dia_id}" for dia_id in gold],
@@ -292,7 +283,7 @@ _LONGMEMEVAL_DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2}) \(\w+\) (\d{1,2}):(
 
 def _longmemeval(path: Path, limit: int | None, report: Report) -> list[Event]:
     """One namespace per kept question, the first ``limit`` of them."""
-    units = (_longmemeval_question(question, report) for question in _json_list(path))
+    units = (_longmemeval_question(question, report) for question in json_list(path))
     return [e for unit in islice((u for u in units if u), limit) for e in unit]
 
 
@@ -303,17 +294,17 @@ def _longmemeval_question(question: Mapping[str, Any], report: Report) -> list[E
     if qid.endswith("_abs"):
         report.note("question_abstention", qid)
         return None
-    events = [_namespace(qid)]
+    events = [namespace_event(qid)]
     gold: list[str] = []
     task: list[str] = []
     for ts, session_id, date, turns in _longmemeval_sessions(question, report):
         session = f"{qid}/{session_id}"
         content = f"Chat session, {date}"
-        events.append(_add(session, None, "task", content, ts))
+        events.append(add_event(session, None, "task", content, ts))
         for position, turn in enumerate(turns, start=1):
             node = f"{session}:{position}"
             content = f"{turn['role']}: {turn['content']}"
-            events.append(_add(node, session, "event", content, ts + position))
+            events.append(add_event(node, session, "event", content, ts + position))
             if turn["role"] == "assistant":
                 events[-1]["importance"] = ASSISTANT_IMPORTANCE
             if turn.get("has_answer", False):
@@ -325,7 +316,7 @@ def _longmemeval_question(question: Mapping[str, Any], report: Report) -> list[E
         return None
     ts = _numeric_ts(_LONGMEMEVAL_DATE, question["question_date"], f"{qid} question_date")
     events.append(
-        _query(
+        query_event(
             qid,
             question["question"],
             gold,
@@ -371,12 +362,12 @@ def _memdaily(folder: Path, limit: int | None, report: Report) -> list[Event]:
     adds: list[Event] = []
     queries: list[Event] = []
     for file in files:
-        with _schema(file):
-            for trajectory in _json_list(file)[:limit]:
+        with schema(file):
+            for trajectory in json_list(file)[:limit]:
                 branch, questions = _memdaily_trajectory(file, trajectory, report)
                 adds += branch
                 queries += questions
-    return [_namespace(_MEMDAILY_NAMESPACE), *adds, *queries]
+    return [namespace_event(_MEMDAILY_NAMESPACE), *adds, *queries]
 
 
 def _memdaily_trajectory(
@@ -393,11 +384,11 @@ def _memdaily_trajectory(
         report.note("messages_out_of_time_order", branch)
     first = messages[0]
     content = f"日常记录（{first['place']}，{first['time'].split()[0]}起）"
-    adds = [_add(branch, None, "task", content, min(times))]
+    adds = [add_event(branch, None, "task", content, min(times))]
     node_of: dict[Any, str] = {}  # mid -> node id
     for message, ts in zip(messages, times, strict=True):
         node_of[message["mid"]] = f"{branch}/m{message['mid']}"
-        adds.append(_add(node_of[message["mid"]], branch, "event", message["message"], ts))
+        adds.append(add_event(node_of[message["mid"]], branch, "event", message["message"], ts))
     queries = []
     for question in trajectory["question_list"]:
         query_id = f"{branch}/q{question['qid']}"
@@ -407,7 +398,7 @@ def _memdaily_trajectory(
             continue
         ts = _numeric_ts(_MEMDAILY_DATE, question["time"], f"{query_id} time")
         queries.append(
-            _query(
+            query_event(
                 query_id,
                 question["question"],
                 gold,
@@ -436,7 +427,7 @@ def _memdaily_gold(
     for step in steps:
         if step not in node_of:
             report.note("target_step_unknown", f"{query_id}: {step!r}")
-    return _unique(node_of[step] for step in steps if step in node_of)
+    return unique(node_of[step] for step in steps if step in node_of)
 
 
 # -- MADial-Bench -------------------------------------------------------------------------
@@ -452,19 +443,19 @@ _MADIAL_LINE = re.compile(r'<([^<>:]+)>:\s*"?(.*?)"?')
 
 def _madial(folder: Path, limit: int | None, report: Report) -> list[Event]:
     """One namespace: the memory bank by scene, then the first ``limit`` dialogues as queries."""
-    events = [_namespace(_MADIAL_NAMESPACE)]
+    events = [namespace_event(_MADIAL_NAMESPACE)]
     scene_of: dict[str, str] = {}  # memory id -> the node id of its scene
     for memory_id, memory, ts in _madial_memories(folder / _MADIAL_MEMORIES):
         scene = f"{_MADIAL_NAMESPACE}/scene:{memory['scene']}"
         if scene not in scene_of.values():  # a scene's node comes with its oldest memory
-            events.append(_add(scene, None, "task", f"Memories: {memory['scene']}", ts))
+            events.append(add_event(scene, None, "task", f"Memories: {memory['scene']}", ts))
         scene_of[memory_id] = scene
-        events.append(_add(_madial_node(memory_id), scene, "event", memory["event"], ts))
+        events.append(add_event(_madial_node(memory_id), scene, "event", memory["event"], ts))
     query_ts = _after_last_add(events)
     path = folder / _MADIAL_DIALOGUES
     queries = (
         _madial_query(f"{path}:{number}", number, dialogue, scene_of, query_ts, report)
-        for number, dialogue in _json_lines(path)
+        for number, dialogue in json_lines(path)
     )
     return events + list(islice((q for q in queries if q), limit))
 
@@ -472,7 +463,7 @@ def _madial(folder: Path, limit: int | None, report: Report) -> list[Event]:
 def _madial_memories(path: Path) -> list[tuple[str, Mapping[str, Any], float]]:
     """(id, memory, ts) of every memory in the bank, oldest first (file order among equals)."""
     memories: dict[str, tuple[str, Mapping[str, Any], float]] = {}
-    for number, line in _json_lines(path):
+    for number, line in json_lines(path):
         for memory_id, memory in line.items():
             if memory_id in memories:
                 raise DatasetError(f"{path}:{number}: memory id {memory_id!r} repeats")
@@ -497,7 +488,7 @@ def _madial_query(
     if not 0 < turn < len(lines):
         raise DatasetError(f"{where}: test-turn {turn} is outside the dialogue")
     spoken = [_madial_line(line) for line in lines[:turn] if line.strip() not in _MADIAL_MARKERS]
-    relevant = _unique(map(str, dialogue["relevant-id"]))
+    relevant = unique(map(str, dialogue["relevant-id"]))
     for memory_id in relevant:
         if memory_id not in scene_of:
             report.note("relevant_id_unknown", f"{query_id}: {memory_id}")
@@ -507,7 +498,7 @@ def _madial_query(
         return None
     text = "\n".join(spoken[-_MADIAL_CONTEXT_LINES:])
     gold = [_madial_node(memory_id) for memory_id in found]
-    return _query(query_id, text, gold, _unique(scene_of[m] for m in found), ts, "memory-recall")
+    return query_event(query_id, text, gold, unique(scene_of[m] for m in found), ts, "memory-recall")
 
 
 def _madial_node(memory_id: str) -> str:
@@ -529,49 +520,8 @@ _LOADERS: dict[str, tuple[str, Loader]] = {
     "longmemeval": ("longmemeval/longmemeval_oracle_dev.json", _longmemeval),
     "madial": ("madial_bench/en", _madial),
     "memdaily": ("memdaily", _memdaily),
+    "realmem": ("realmem", load_realmem),
 }
-
-
-def _namespace(name: str) -> Event:
-    return {"op": "namespace", "name": name}
-
-
-def _add(node_id: str, parent: str | None, kind: str, content: str, ts: float) -> Event:
-    return {
-        "op": "add",
-        "id": node_id,
-        "parent": parent,
-        "type": kind,
-        "content": content,
-        "ts": ts,
-    }
-
-
-def _query(
-    query_id: str,
-    text: str,
-    gold: list[str],
-    task: list[str],
-    ts: float,
-    category: str,
-    **extra: str,
-) -> Event:
-    """A query event; ``extra`` fields (answer, subcategory) ride along for reports."""
-    return {
-        "op": "query",
-        "id": query_id,
-        "text": text,
-        "gold": gold,
-        "task": task,
-        "ts": ts,
-        "category": category,
-        **extra,
-    }
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    """The items without repeats, in first-seen order."""
-    return list(dict.fromkeys(items))
 
 
 def _after_last_add(events: list[Event]) -> float:
@@ -579,19 +529,12 @@ def _after_last_add(events: list[Event]) -> float:
     return float(max(e["ts"] for e in events if e["op"] == "add")) + 1.0
 
 
-def _epoch(where: str, year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> float:
-    try:
-        return datetime(year, month, day, hour, minute, tzinfo=timezone.utc).timestamp()
-    except ValueError as error:
-        raise DatasetError(f"{where}: impossible date ({error})") from error
-
-
 def _numeric_ts(pattern: re.Pattern[str], date: object, where: str) -> float:
     """Epoch seconds of a date whose pattern captures year, month, day[, hour, minute]."""
     match = pattern.fullmatch(date.strip()) if isinstance(date, str) else None
     if match is None:
         raise DatasetError(f"{where}: unreadable date {date!r}")
-    return _epoch(where, *(int(group) for group in match.groups()))
+    return epoch(where, *(int(group) for group in match.groups()))
 
 
 def _note_early_queries(events: list[Event], report: Report) -> None:
@@ -605,43 +548,6 @@ def _note_early_queries(events: list[Event], report: Report) -> None:
             latest = max(latest, event["ts"])
         elif event["op"] == "query" and event["ts"] < latest:
             report.note("query_before_last_add", event["id"])
-
-
-def _json_list(path: Path) -> list[Any]:
-    """The top-level JSON list of ``path``."""
-    if not path.is_file():
-        raise DatasetError(f"{path}: no such file")
-    data = _json_text(path.read_text(encoding="utf-8"), path)
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list at the top level")
-    return data
-
-
-def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, object) of each non-blank line of a JSON Lines file."""
-    if not path.is_file():
-        raise DatasetError(f"{path}: no such file")
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            yield number, _json_text(line, f"{path}:{number}")
-
-
-def _json_text(text: str, where: object) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DatasetError(f"{where}: not JSON ({error})") from error
-
-
-@contextmanager
-def _schema(path: Path) -> Iterator[None]:
-    """Turn a missing field or a value of the wrong shape into a DatasetError naming ``path``."""
-    try:
-        yield
-    except KeyError as error:
-        raise DatasetError(f"{path}: missing field {error.args[0]!r}") from error
-    except (TypeError, AttributeError) as error:
-        raise DatasetError(f"{path}: unexpected layout ({error})") from error
 
 
 # -- command line -------------------------------------------------------------------------

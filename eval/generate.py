@@ -2,6 +2,7 @@
 
     generate(10_000, lang="zh", seed=1)          # a list of trace events
     python -m eval.generate --nodes 10000 --lang zh --seed 1 --out trace.jsonl
+    generate(10_000, lang="zh", seed=1, split="test")   # the held-out test split
 
 The trace simulates an agent at work for weeks to months (three weeks at 1k
 nodes, two months at 10k, five at 100k; 09:00-18:00 on weekdays). It keeps several tasks open
@@ -45,6 +46,12 @@ whose wording nearly matches another node of its type in its task, so every
 query has one unambiguous answer whether or not a system merges duplicates.
 Updates and states carry ``supersedes``; a root task carries ``domain``. These
 extra fields are ignored by a replay.
+
+Splits: ``split="dev"`` (the default) is the trace above, the one retrieval is tuned on.
+``split="test"`` asks its questions in other, held-out phrasings and adds domains of its
+own (:mod:`eval.generate_heldout`); it is for testing only, never for tuning, and its
+figures are reported separately. A test trace draws from its own random stream, so it
+is not the dev trace of the same seed reworded.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from . import generate_heldout as heldout
 from . import generate_templates as tables
 from .generate_templates import Domain, Entities, Line, Slots, Sub, domains
 from .trace import write_trace
@@ -69,6 +77,7 @@ from .trace import write_trace
 Event = dict[str, Any]
 
 LANGS = ("en", "zh")
+SPLITS = ("dev", "test")
 CATEGORIES = (
     "single-fact",
     "latest-update",
@@ -287,13 +296,17 @@ def _script(rng: random.Random, dom: Domain) -> deque[_Step]:
 
 
 class _Simulation:
-    def __init__(self, nodes: int, lang: str, seed: int, queries: int, restarts: bool) -> None:
-        self.rng = random.Random(f"hybrid-memory-trace/{lang}/{seed}")
+    def __init__(
+        self, nodes: int, lang: str, seed: int, queries: int, restarts: bool, split: str = "dev"
+    ) -> None:
+        stream = f"hybrid-memory-trace/{lang}/{seed}" + ("" if split == "dev" else f"/{split}")
+        self.rng = random.Random(stream)
         self.nodes, self.lang = nodes, lang
         span = 15 * (nodes / 1000) ** 0.4 * (_CLOSE - _OPEN)  # working seconds of the whole trace
         self.clock = _Clock(self.rng, span / (nodes * 1.4))
         self.entities = Entities(self.rng, lang, lambda: self.clock.now)
-        self.domains = domains(lang)
+        self.domains = domains(lang, split)
+        self.multi = tables.MULTI[lang] if split == "dev" else heldout.MULTI[lang]
         self.events: list[Event] = []
         self.adds = 0
         self.open: list[_Task] = []
@@ -599,7 +612,7 @@ class _Simulation:
             pair = sorted((first, second), key=lambda r: r.added)
             a, b = (r.line.np for r in pair if r.line is not None)
             ref = first.sub.ref if first.sub else self.rng.choice(first.task.domain.refs)
-            text = self.rng.choice(tables.MULTI[self.lang]).format(ref=ref, a=a, b=b)
+            text = self.rng.choice(self.multi).format(ref=ref, a=a, b=b)
             self._query("multi-fact", pair, self._fill(text, first.task.slots))
             return True
         return False
@@ -673,14 +686,19 @@ def generate(
     seed: int = 0,
     queries: int | None = None,
     restarts: bool = True,
+    split: str = "dev",
 ) -> list[dict[str, Any]]:
     """A synthetic trace of exactly ``nodes`` add events with its queries, in ``lang``
     ("en" or "zh"); the same arguments give the same trace.
 
     ``queries`` defaults to :func:`default_queries` and may be at most ``nodes // 5``.
-    Raises ValueError for fewer than 50 nodes, an unknown language or a bad query count."""
+    ``split`` is "dev" (tuned on) or "test" (held-out phrasings and domains, never tuned on).
+    Raises ValueError for fewer than 50 nodes, an unknown language or split, or a bad query
+    count."""
     if lang not in LANGS:
         raise ValueError(f"unknown lang {lang!r}; expected one of {', '.join(LANGS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < MIN_NODES:
         raise ValueError(f"nodes must be an integer >= {MIN_NODES}, got {nodes!r}")
     n_queries = default_queries(nodes) if queries is None else queries
@@ -692,7 +710,7 @@ def generate(
         raise ValueError(
             f"queries must be an integer from 0 to nodes // 5 = {nodes // 5}, got {queries!r}"
         )
-    return _Simulation(nodes, lang, seed, n_queries, restarts).run()
+    return _Simulation(nodes, lang, seed, n_queries, restarts, split).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -707,6 +725,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lang", default="en", choices=LANGS, help="language of the content (default en)"
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--split",
+        default="dev",
+        choices=SPLITS,
+        help="dev (tuned on) or test (held-out phrasings and domains; default dev)",
+    )
     p.add_argument(
         "--queries",
         type=int,
@@ -724,6 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             queries=args.queries,
             restarts=not args.no_restarts,
+            split=args.split,
         )
     except ValueError as exc:
         p.error(str(exc))

@@ -865,6 +865,13 @@ def parse_domain(name: str, text: str) -> Domain:
 
 
 @cache
-def domains(lang: str) -> tuple[Domain, ...]:
-    """The parsed task domains of a language."""
+def domains(lang: str, split: str = "dev") -> tuple[Domain, ...]:
+    """The parsed task domains of a language. ``split="test"``: the held-out ones of
+    :mod:`eval.generate_heldout` (other question phrasings, more domains), for testing only."""
+    if split == "test":
+        from .generate_heldout import test_domains
+
+        return test_domains(lang)
+    if split != "dev":
+        raise ValueError(f"unknown split {split!r}; expected dev or test")
     return tuple(parse_domain(name, text) for name, text in DOMAINS[lang].items())

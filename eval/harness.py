@@ -536,12 +536,14 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """The options naming what to replay (read by :func:`load_events`)."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="a trace file (JSON Lines, the design's trace format)")
-    src.add_argument("--dataset", help="a real data set: locomo, longmemeval, madial or memdaily")
+    src.add_argument("--dataset", help="a real data set: locomo, longmemeval, madial, memdaily or realmem")
     src.add_argument("--generate", type=int, metavar="NODES", help="generate a trace of about NODES nodes (default 10000)")
     p.add_argument("--data-dir", type=Path, help="folder holding the data sets (default: $HYBRID_MEMORY_EVAL_DATA or ../shared/data)")
     p.add_argument("--limit", type=int, help="with --dataset: load only this many conversations/questions/trajectories")
     p.add_argument("--lang", default="en", choices=("en", "zh"), help="language of a generated trace")
     p.add_argument("--seed", type=int, default=0, help="seed of a generated trace")
+    p.add_argument("--split", default="dev", choices=("dev", "test"),
+                   help="generated questions: dev (tuned on) or test (held-out phrasings and domains)")
 
 
 def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
@@ -580,7 +582,8 @@ def load_events(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     from .generate import generate
 
     nodes = args.generate or 10000
-    return generate(nodes, lang=args.lang, seed=args.seed), f"generated nodes={nodes} lang={args.lang} seed={args.seed}"
+    return (generate(nodes, lang=args.lang, seed=args.seed, split=args.split),
+            f"generated nodes={nodes} lang={args.lang} seed={args.seed} split={args.split}")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int:

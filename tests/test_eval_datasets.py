@@ -403,11 +403,100 @@ def test_madial_test_turn_outside_the_dialogue_is_an_error(madial_dir: Path) -> 
         load("madial", madial_dir)
 
 
+# -- RealMem ------------------------------------------------------------------------------
+
+
+def realmem_turns(*turns: tuple[str, str, bool, list[tuple[str, Any]]]) -> list[dict[str, Any]]:
+    """(speaker, content, is_query, memory_used as (session uuid, content)) -> dialogue turns."""
+    return [{"speaker": who, "content": text, "is_query": asked, "query_id": "x" if asked else None,
+             "category_name": "Dynamic Updating" if asked else None,
+             "memory_used": [{"session_uuid": u, "content": c} for u, c in used]}
+            for who, text, asked, used in turns]
+
+
+def realmem_persona() -> dict[str, Any]:
+    itinerary = {"trip_name": "Chengdu to Lhasa", "days": 26}
+    return {"_metadata": {"person_name": "Ann_Lee"}, "dialogues": [
+        {"session_identifier": "Travel_Planning_5:S1_01", "session_uuid": "u1", "current_time": "2025-12-19 (Friday)",
+         "dialogue_turns": realmem_turns(("User", "Plan a bike trip", False, []), ("Assistant", "Sure", False, [])),
+         "extracted_memory": [
+             {"index": "T-1", "type": "Dynamic", "content": "【Route】 Start in Chengdu"},
+             {"index": "T-2", "type": "Static", "content": "User has a son."},
+             {"index": "T-3", "type": "Dynamic", "content": itinerary}]},
+        {"session_identifier": "Enhanced:S10063", "session_uuid": "u2", "current_time": "2025-12-20 (Saturday)",
+         "dialogue_turns": realmem_turns(("User", "Nice weather", False, [])), "extracted_memory": []},
+        {"session_identifier": "Fitness_2:S3_01", "session_uuid": "u3", "current_time": "2025-12-22 (Monday)",
+         "dialogue_turns": realmem_turns(
+             ("User", "Where did my trip start again?", True, []),
+             ("Assistant", "In Chengdu", False, [("u1", "【Route】 Start in Chengdu"), ("u1", itinerary)]),
+             ("User", "And what did I just say?", True, []),
+             ("Assistant", "That", False, [("u3", "User runs 5 km")])),
+         "extracted_memory": [{"index": "F-1", "type": "Schedule", "content": "User runs 5 km"}]},
+    ]}
+
+
+@pytest.fixture
+def realmem_dir(tmp_path: Path) -> Path:
+    write_json(tmp_path / "realmem" / "Ann_Lee_dialogues_256k.json", realmem_persona())
+    write_json(tmp_path / "realmem" / "topic_goal_attr.json", {"topics": []})
+    return tmp_path
+
+
+def test_realmem_projects_and_stages_become_a_tree(realmem_dir: Path) -> None:
+    events, report = load_with_report("realmem", realmem_dir)
+    assert events[0] == {"op": "namespace", "name": "realmem/Ann_Lee"}
+    adds = by_id(events, "add")
+    assert adds["realmem/Ann_Lee/Travel_Planning_5"]["content"] == "Travel Planning"
+    assert adds["realmem/Ann_Lee/Travel_Planning_5"]["parent"] is None
+    stage = adds["realmem/Ann_Lee/Travel_Planning_5/S1"]
+    assert (stage["parent"], stage["type"], stage["content"]) == (
+        "realmem/Ann_Lee/Travel_Planning_5", "task", "Travel Planning, stage 1")
+    points = [e for e in of(events, "add") if e["parent"] == stage["id"]]
+    assert [(e["type"], e["ts"]) for e in points] == [
+        ("event", utc(2025, 12, 19) + 3), ("fact", utc(2025, 12, 19) + 4), ("event", utc(2025, 12, 19) + 5)]
+    assert points[2]["content"] == json.dumps({"days": 26, "trip_name": "Chengdu to Lhasa"}, ensure_ascii=False,
+                                              sort_keys=True)
+    # each project session focuses its stage; the small talk between them changes nothing
+    focus = [e["id"] for e in of(events, "focus")]
+    assert focus == ["realmem/Ann_Lee/Travel_Planning_5/S1", "realmem/Ann_Lee/Fitness_2/S3"]
+    check_trace(events)
+    assert report.counts == {"gold_not_yet_written": 1, "question_no_gold": 1}
+
+
+def test_realmem_questions_resolve_gold_by_session_and_content(realmem_dir: Path) -> None:
+    events = load("realmem", realmem_dir)
+    (query,) = of(events, "query")
+    assert query["text"] == "Where did my trip start again?"
+    assert query["gold"] == ["realmem/Ann_Lee/u1/m0", "realmem/Ann_Lee/u1/m2"]
+    assert query["task"] == ["realmem/Ann_Lee/Travel_Planning_5/S1"]
+    assert query["category"] == "Dynamic Updating"
+    assert query["ts"] == utc(2025, 12, 22) + 1
+    # the question comes before its own session's memory points are written
+    order = [e.get("id") for e in events]
+    assert order.index(query["id"]) < order.index("realmem/Ann_Lee/u3/m0")
+
+
+def test_realmem_limit_counts_personas_and_bad_dates_name_the_file(realmem_dir: Path) -> None:
+    persona = realmem_persona()
+    persona["_metadata"]["person_name"] = "Bo_Wu"
+    write_json(realmem_dir / "realmem" / "Bo_Wu_dialogues_256k.json", persona)
+    assert [e["name"] for e in of(load("realmem", realmem_dir), "namespace")] == ["realmem/Ann_Lee", "realmem/Bo_Wu"]
+    assert [e["name"] for e in of(load("realmem", realmem_dir, limit=1), "namespace")] == ["realmem/Ann_Lee"]
+    persona["dialogues"][0]["current_time"] = "next Friday"
+    write_json(realmem_dir / "realmem" / "Bo_Wu_dialogues_256k.json", persona)
+    with pytest.raises(DatasetError, match=r"Bo_Wu_dialogues_256k.json dialogue 0: unreadable date 'next Friday'"):
+        load("realmem", realmem_dir)
+    del persona["dialogues"]
+    write_json(realmem_dir / "realmem" / "Bo_Wu_dialogues_256k.json", persona)
+    with pytest.raises(DatasetError, match=r"Bo_Wu_dialogues_256k.json: missing field 'dialogues'"):
+        load("realmem", realmem_dir)
+
+
 # -- the facade ---------------------------------------------------------------------------
 
 
 def test_unknown_name_and_bad_limit(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="unknown data set 'nope'; expected one of locomo, longmemeval, madial, memdaily"):
+    with pytest.raises(DatasetError, match="unknown data set 'nope'; expected one of locomo, longmemeval, madial, memdaily, realmem"):
         load("nope", tmp_path)
     with pytest.raises(DatasetError, match="limit must be a positive"):
         load("locomo", tmp_path, limit=0)
@@ -420,6 +509,7 @@ def test_unknown_name_and_bad_limit(tmp_path: Path) -> None:
         ("longmemeval", "longmemeval/longmemeval_oracle_dev.json"),
         ("madial", "madial_bench/en/MADial-Bench-en-memory.json"),
         ("memdaily", "memdaily"),
+        ("realmem", "realmem"),
     ],
 )
 def test_missing_files_name_the_path(tmp_path: Path, name: str, missing: str) -> None:
@@ -517,6 +607,8 @@ def check_trace(events: list[Event]) -> None:
             assert isinstance(event["ts"], float) and event["content"].strip()
             every_id.add(event["id"])
             parents[event["id"]] = event["parent"]
+        elif event["op"] == "focus":
+            assert event["id"] in parents, event
         else:
             assert event["op"] == "query", event
             assert event["gold"] and event["task"] and event["text"].strip(), event

@@ -3,7 +3,10 @@ evaluation relies on is really in the history (not only named in a label)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import string
 import time
 from collections import Counter, defaultdict
 from functools import cache
@@ -12,20 +15,21 @@ from typing import Any
 
 import pytest
 
+from eval import generate_heldout as heldout
 from eval import generate_templates as tables
-from eval.generate import CATEGORIES, default_queries, generate, main, overlap, terms
-from eval.generate_templates import domains
+from eval.generate import CATEGORIES, SPLITS, default_queries, generate, main, overlap, terms
+from eval.generate_templates import FRESH, Domain, Line, domains
 from eval.trace import read_trace
 
 LANGS = ("en", "zh")
 Event = dict[str, Any]
-_ID = re.compile(r"\b(?:EXP|TKT|BUG|TRV|PO|REQ)-\d+")
+_ID = re.compile(r"\b(?:EXP|TKT|BUG|TRV|PO|REQ|MOV|MIG|EVT)-\d+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @cache
-def trace(lang: str, nodes: int = 2000, seed: int = 7) -> tuple[Event, ...]:
-    return tuple(generate(nodes, lang=lang, seed=seed))
+def trace(lang: str, nodes: int = 2000, seed: int = 7, split: str = "dev") -> tuple[Event, ...]:
+    return tuple(generate(nodes, lang=lang, seed=seed, split=split))
 
 
 def adds(events: tuple[Event, ...]) -> dict[str, Event]:
@@ -100,11 +104,14 @@ def test_a_100k_trace_is_quick() -> None:
 # ---------------------------------------------------------------- structure
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_ids_unique_parents_earlier_time_moves_forward_in_working_hours(lang: str) -> None:
+def test_ids_unique_parents_earlier_time_moves_forward_in_working_hours(
+    lang: str, split: str
+) -> None:
     seen: dict[str, Event] = {}
     last = 0.0
-    for e in trace(lang):
+    for e in trace(lang, split=split):
         if e["op"] == "add":
             assert e["id"] not in seen
             assert e["parent"] is None or e["parent"] in seen
@@ -128,14 +135,17 @@ def test_ids_unique_parents_earlier_time_moves_forward_in_working_hours(lang: st
             last = e["ts"]
             moment = time.gmtime(e["ts"])
             assert moment.tm_wday < 5 and 9 <= moment.tm_hour < 18
-    span_days = (last - trace(lang)[0]["ts"]) / 86400
+    span_days = (last - trace(lang, split=split)[0]["ts"]) / 86400
     assert 14 <= span_days <= 60  # weeks of work for 2k nodes
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_every_gold_exists_earlier_and_its_task_is_the_nearest_task_ancestor(lang: str) -> None:
+def test_every_gold_exists_earlier_and_its_task_is_the_nearest_task_ancestor(
+    lang: str, split: str
+) -> None:
     seen: dict[str, Event] = {}
-    for e in trace(lang):
+    for e in trace(lang, split=split):
         if e["op"] == "add":
             seen[e["id"]] = e
         elif e["op"] == "query":
@@ -145,11 +155,12 @@ def test_every_gold_exists_earlier_and_its_task_is_the_nearest_task_ancestor(lan
             assert e["lag"] >= 0
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_gold_is_unambiguous(lang: str) -> None:
+def test_gold_is_unambiguous(lang: str, split: str) -> None:
     """No gold is re-recorded (before or after its question), and none reads like
     another node of its type under the same parent."""
-    events = trace(lang)
+    events = trace(lang, split=split)
     nodes = adds(events)
     copied = {e["dup_of"] for e in nodes.values() if "dup_of" in e} | {
         e["id"] for e in nodes.values() if "dup_of" in e
@@ -172,9 +183,12 @@ def test_gold_is_unambiguous(lang: str) -> None:
 # ---------------------------------------------------------------- the features
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_tasks_interleave_with_switches_returns_subtasks_and_restarts(lang: str) -> None:
-    events = trace(lang)
+def test_tasks_interleave_with_switches_returns_subtasks_and_restarts(
+    lang: str, split: str
+) -> None:
+    events = trace(lang, split=split)
     nodes = adds(events)
     roots = [n for n in nodes.values() if n["parent"] is None]
     assert len(roots) >= 60 and all(n["type"] == "task" for n in roots)
@@ -191,9 +205,10 @@ def test_tasks_interleave_with_switches_returns_subtasks_and_restarts(lang: str)
     assert any(e["op"] == "feedback" for e in events)
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_knowledge_updates_supersede_and_are_the_gold(lang: str) -> None:
-    events = trace(lang)
+def test_knowledge_updates_supersede_and_are_the_gold(lang: str, split: str) -> None:
+    events = trace(lang, split=split)
     nodes = adds(events)
     order = {node_id: i for i, node_id in enumerate(nodes)}
     updates = [n for n in nodes.values() if n["type"] == "fact" and "supersedes" in n]
@@ -211,9 +226,10 @@ def test_knowledge_updates_supersede_and_are_the_gold(lang: str) -> None:
         assert not later or float(later[0]["ts"]) > q["ts"]  # the newest state when asked
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_near_duplicates_repeat_and_reword_within_their_task(lang: str) -> None:
-    nodes = adds(trace(lang))
+def test_near_duplicates_repeat_and_reword_within_their_task(lang: str, split: str) -> None:
+    nodes = adds(trace(lang, split=split))
     dups = [n for n in nodes.values() if "dup_of" in n]
     kinds = Counter(n["dup"] for n in dups)
     assert len(dups) >= 40 and kinds["repeat"] and kinds["light"]
@@ -224,14 +240,15 @@ def test_near_duplicates_repeat_and_reword_within_their_task(lang: str) -> None:
             assert overlap(d["content"], original["content"]) >= 0.85
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_distractor_tasks_share_their_domain_words(lang: str) -> None:
+def test_distractor_tasks_share_their_domain_words(lang: str, split: str) -> None:
     """Dozens of tasks per domain, and the domain's common words in many of them: a
-    question has to be told apart by its entity."""
-    nodes = adds(trace(lang))
+    question has to be told apart by its entity (the test split has more domains: more nodes)."""
+    nodes = adds(trace(lang, 2000 if split == "dev" else 3000, split=split))
     roots = [n for n in nodes.values() if n["parent"] is None]
     per_domain = Counter(n["domain"] for n in roots)
-    assert set(per_domain) == {d.name for d in domains(lang)}
+    assert set(per_domain) == {d.name for d in domains(lang, split)}
     assert min(per_domain.values()) >= 10
     tasks_with: dict[str, set[str]] = defaultdict(set)
     for n in nodes.values():
@@ -242,9 +259,12 @@ def test_distractor_tasks_share_their_domain_words(lang: str) -> None:
     assert len(shared) >= 50
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_queries_paraphrase_name_their_task_and_come_after_their_gold(lang: str) -> None:
-    events = trace(lang)
+def test_queries_paraphrase_name_their_task_and_come_after_their_gold(
+    lang: str, split: str
+) -> None:
+    events = trace(lang, split=split)
     nodes = adds(events)
     qs = queries(events)
     similarity = [max(overlap(q["text"], nodes[g]["content"]) for g in q["gold"]) for q in qs]
@@ -258,9 +278,10 @@ def test_queries_paraphrase_name_their_task_and_come_after_their_gold(lang: str)
     assert lags[len(lags) // 2] >= 50 and lags[-1] >= 1000  # mostly later, some much later
 
 
-def test_every_category_is_asked_and_after_return_follows_a_return() -> None:
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_category_is_asked_and_after_return_follows_a_return(split: str) -> None:
     for lang in LANGS:
-        events = trace(lang, 3000, seed=1)
+        events = trace(lang, 3000, seed=1, split=split)
         nodes = adds(events)
         assert {q["category"] for q in queries(events)} == set(CATEGORIES)
         for i, q in enumerate(events):
@@ -274,24 +295,27 @@ def test_every_category_is_asked_and_after_return_follows_a_return() -> None:
                 assert len(q["gold"]) == 2 and len(set(q["gold"])) == 2
 
 
-def test_chinese_content_is_chinese() -> None:
-    nodes = adds(trace("zh"))
-    texts = [n["content"] for n in nodes.values()] + [q["text"] for q in queries(trace("zh"))]
+@pytest.mark.parametrize("split", SPLITS)
+def test_chinese_content_is_chinese(split: str) -> None:
+    zh, en = trace("zh", split=split), trace("en", split=split)
+    texts = [n["content"] for n in adds(zh).values()] + [q["text"] for q in queries(zh)]
     assert all(_CJK.search(t) for t in texts)
     letters = "".join(ch for t in texts for ch in t if ch.isalpha())
     assert len(_CJK.findall(letters)) / len(letters) > 0.6
-    assert not any(_CJK.search(n["content"]) for n in adds(trace("en")).values())
+    english = [n["content"] for n in adds(en).values()] + [q["text"] for q in queries(en)]
+    assert not any(_CJK.search(t) for t in english)
 
 
 # ---------------------------------------------------------------- templates and CLI
 
 
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_templates_never_give_the_answer_away(lang: str) -> None:
+def test_templates_never_give_the_answer_away(lang: str, split: str) -> None:
     """Slots an update redraws appear in no question or ref (the question would hold the
     answer, or a stale value); the fact an update supersedes names that slot; a line with a
     rewording draws nothing afresh (a rewording must carry the same information)."""
-    for dom in domains(lang):
+    for dom in domains(lang, split):
         mutable = {"{" + k + "}" for k in dom.updates}
         lines = [*dom.items, *dom.updates.values(), *(i for s in dom.subs for i in s.items)]
         asked = [
@@ -314,3 +338,132 @@ def test_cli_writes_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert read_trace(out) == generate(300, lang="zh", seed=2)
     assert "报销" in out.read_text(encoding="utf-8") or "工单" in out.read_text(encoding="utf-8")
     assert "add 300" in capsys.readouterr().err
+
+
+def test_cli_writes_the_test_split(tmp_path: Path) -> None:
+    out = tmp_path / "test.jsonl"
+    argv = ["--nodes", "300", "--lang", "en", "--seed", "2", "--split", "test", "--out", str(out)]
+    assert main(argv) == 0
+    assert read_trace(out) == generate(300, lang="en", seed=2, split="test")
+    with pytest.raises(ValueError):
+        generate(300, split="train")
+
+
+# ---------------------------------------------------------------- the held-out test split
+
+# sha256 of generate(500, lang=..., seed=0) as JSON (sort_keys, ensure_ascii=False), and of
+# the JSON list of its query texts, computed before the split existed: dev must not move.
+_DEV_TRACE_SHA256 = {
+    "en": "87cac9dc00246d632d47b1983c12d1b155e845b99e24356b3d38981fe0295e68",
+    "zh": "3731357305a12122008e94a13f69772a3041bfdc2134f999a0276cfb694e6a38",
+}
+_DEV_QUERIES_SHA256 = {
+    "en": "15a04262ca34d833ccfb7555846fd6834bccc6628277476a27dcf8fdc3962e51",
+    "zh": "05d6cdf5383b9f8d458ad75796442a046cc7e4d5c27a7d85ab47f8416e8a62a6",
+}
+_NEW_DOMAINS = {"move", "migration", "event"}
+
+
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()
+
+
+def _slots(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def _asked_lines(dom: Domain) -> list[tuple[str, Line]]:
+    """(sub key or "", line) of every line of ``dom`` that has questions, in order."""
+    lines = [("", i) for i in (*dom.items, *dom.updates.values())]
+    lines += [(s.key, i) for s in dom.subs for i in s.items]
+    return [(sub, line) for sub, line in lines if line.questions]
+
+
+def _phrasings(doms: tuple[Domain, ...]) -> set[str]:
+    """Every question, ref and ask template of ``doms``."""
+    out: set[str] = set()
+    for d in doms:
+        out |= {*d.refs, *d.asks, *(s.ref for s in d.subs)}
+        out |= {q for _, line in _asked_lines(d) for q in line.questions}
+    return out
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_dev_split_is_unchanged(lang: str) -> None:
+    for events in (generate(500, lang=lang, seed=0), generate(500, lang=lang, seed=0, split="dev")):
+        assert _sha256([q["text"] for q in queries(tuple(events))]) == _DEV_QUERIES_SHA256[lang]
+        text = json.dumps(events, ensure_ascii=False, sort_keys=True)
+        assert hashlib.sha256(text.encode()).hexdigest() == _DEV_TRACE_SHA256[lang]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_test_split_has_new_domains_and_no_dev_question(lang: str) -> None:
+    dev, test = domains(lang), domains(lang, "test")
+    old = {d.name for d in dev}
+    assert [d.name for d in test[: len(dev)]] == [d.name for d in dev]
+    assert {d.name for d in test} == old | _NEW_DOMAINS
+    # No held-out template of an old domain is a dev template of any domain.
+    assert not _phrasings(test[: len(dev)]) & _phrasings(dev)
+    assert not set(heldout.MULTI[lang]) & set(tables.MULTI[lang])
+    # Nor is any question text of a test trace a question text of a dev trace.
+    test_events, dev_events = trace(lang, 3000, 0, "test"), trace(lang, 3000, 0, "dev")
+    nodes = adds(test_events)
+    asked = Counter(root(nodes, q["gold"][0])["domain"] for q in queries(test_events))
+    assert set(asked) == old | _NEW_DOMAINS, asked
+    assert sum(asked[d] for d in _NEW_DOMAINS) >= 10
+    dev_texts = {q["text"] for q in queries(dev_events)}
+    assert not {q["text"] for q in queries(test_events)} & dev_texts
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_heldout_phrasings_keep_the_memories_and_ask_the_same(lang: str) -> None:
+    """Every line with questions gets held-out ones; contents stay as they are; a held-out
+    question uses only placeholders the dev question of its line or the domain's refs use
+    (plus {ref}), and names the task; refs use title slots only."""
+    for dev, test in zip(domains(lang), domains(lang, "test")[: len(domains(lang))], strict=True):
+        same = ("kinds", "titles", "states", "routines", "summaries")
+        assert all(getattr(dev, f) == getattr(test, f) for f in same), dev.name
+        assert [s.title for s in dev.subs] == [s.title for s in test.subs], dev.name
+        title = set().union(*map(_slots, dev.titles))
+        ids = {slot for slot, kind in dev.kinds.items() if kind.startswith("@") and slot in title}
+        ref_slots = set().union(*map(_slots, dev.refs))
+        assert all(_slots(r) <= title and _slots(r) & ids for r in test.refs), dev.name
+        assert all(_slots(s.ref) & ids for s in test.subs), dev.name
+        pairs = list(zip(_asked_lines(dev), _asked_lines(test), strict=True))
+        pairs.append(
+            (("", Line("ask", "", (), dev.asks, "")), ("", Line("ask", "", (), test.asks, "")))
+        )
+        for (sub, a), (sub_t, b) in pairs:
+            assert (sub, a.kind, a.key, a.contents) == (sub_t, b.kind, b.key, b.contents)
+            assert b.questions and not set(b.questions) & set(a.questions), (dev.name, a.key)
+            allowed = set().union(*map(_slots, a.questions)) | ref_slots | {"ref"}
+            for q in b.questions:
+                assert _slots(q) <= allowed, (dev.name, q)
+                assert _slots(q) & (ids | {"ref"}), (dev.name, q)
+            assert a.kind == "ask" or (b.np and (b.np != a.np)), (dev.name, a.key)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_new_domains_parse_and_fill_every_slot(lang: str) -> None:
+    assert set(heldout.NEW_DOMAINS["en"]) == set(heldout.NEW_DOMAINS["zh"]) == _NEW_DOMAINS
+    assert set(heldout.QUESTIONS["en"]) == set(heldout.QUESTIONS["zh"]) == set(tables.DOMAINS["en"])
+    for dom in heldout.new_domains(lang):
+        kinds = Counter(i.kind for i in dom.items)
+        assert all(kinds[k] >= 2 for k in ("fact", "event", "decision", "pref")), dom.name
+        assert len(dom.updates) >= 2 and len(dom.subs) >= 2 and len(dom.states) >= 4, dom.name
+        assert all(s.items and all(i.questions and i.np for i in s.items) for s in dom.subs)
+        title = set().union(*map(_slots, dom.titles))
+        first_state = _slots(dom.states[0])
+        assert all(_slots(r) <= title for r in dom.refs), dom.name
+        assert all(_slots(a) <= title | first_state | {"ref"} for a in dom.asks), dom.name
+        for sub, line in _asked_lines(dom):
+            sub_title = next((_slots(s.title) for s in dom.subs if s.key == sub), set())
+            drawn = title | first_state | sub_title | _slots(line.contents[0]) | {"ref"}
+            for q in line.questions:  # a question draws nothing: its slots exist when asked
+                assert _slots(q) <= drawn - FRESH, (dom.name, q)
+    # Every slot of every node and question of a test trace is filled.
+    events = trace(lang, 3000, 0, "test")
+    texts = [n["content"] for n in adds(events).values()] + [q["text"] for q in queries(events)]
+    assert not [t for t in texts if "{" in t or "}" in t]
+    new_roots = [n for n in adds(events).values() if n.get("domain") in _NEW_DOMAINS]
+    assert {n["domain"] for n in new_roots} == _NEW_DOMAINS
