@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -156,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               limit=args.limit, cache=args.cache, out=args.out, model=args.model)
     figures: dict[str, Any] = {}
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    # Spawned, not forked: a process that already holds an embedded Chroma (a test
+    # run, a notebook) forks a child that can wait forever on a lock a thread held.
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {name: pool.submit(run_source, by_name[name], **kw) for name in wanted}
         for name, future in futures.items():
             figures[name] = summary(future.result())

@@ -55,3 +55,26 @@ def test_a_small_run_writes_its_figures_and_compares_with_itself(tmp_path: Path,
     assert suite.main([*args, "--out", str(tmp_path / "b"), "--baseline", str(tmp_path / "a" / "suite.json")]) == 0
     printed = capsys.readouterr().out
     assert "| realmem |" in printed and "+0.000 |" in printed and "dropped" not in printed
+
+
+# -- fitting one setting (eval.fit) ---------------------------------------------------------
+
+
+def test_fit_chooses_the_best_mean_that_drops_no_source() -> None:
+    from eval import fit
+
+    by_value = {
+        "0": {"a": 0.50, "b": 0.60, "c": 0.30},
+        "0.1": {"a": 0.52, "b": 0.60, "c": 0.31},  # small gains everywhere
+        "0.4": {"a": 0.70, "b": 0.55, "c": 0.40},  # best mean, but b drops by 0.05
+    }
+    assert fit.choose(by_value, ["a", "b", "c"], 0.01) == "0.1"
+    assert fit.choose(by_value, ["a", "c"], 0.01) == "0.4"  # without b nothing drops
+    assert fit.choose({"0": {"a": 0.5}, "1": {"a": 0.4}}, ["a"], 0.01) == "0"  # the reference always qualifies
+    held = {h: (v, before, after) for h, v, before, after in fit.leave_one_out(by_value, 0.01)}
+    # b held out: chosen on a and c alone (0.4), under which b itself drops: the fit shows it
+    assert held["b"] == ("0.4", 0.60, 0.55)
+    assert held["a"] == ("0.1", 0.50, 0.52) and held["c"] == ("0.1", 0.30, 0.31)
+    text = fit.report("retrieval.x", by_value, 0.01)
+    assert "| 0.1 (chosen) | 0.520 | 0.600 | 0.310 | 0.477 |" in text
+    assert "| b | 0.4 | 0.600 | 0.550 | -0.050 |" in text
