@@ -87,15 +87,8 @@ class RetrievalConfig:
     by_family: bool
     family_dense: float
     family_rarity: float
-    family_title: float
-    family_particle: float
-    answer_type: bool
-    status_state: bool
     family_open: int
-    unnamed: float
-    named_df: int
-    named_outside: float
-    follow_updates: bool
+    active_prior: float
     spread_branches: int
     branch_quota: int
     quota_similarity: float
@@ -307,10 +300,6 @@ def _validate(c: Config) -> None:
         (r.min_similarity, "min_similarity"),
         (r.standing_min_weight, "standing_min_weight"),
         (r.family_dense, "family_dense"),
-        (r.family_title, "family_title"),
-        (r.family_particle, "family_particle"),
-        (r.unnamed, "unnamed"),
-        (r.named_outside, "named_outside"),
     ):
         unit(value, f"retrieval.{name}")
     if r.branch_by not in ("nearest_task", "top_task"):
@@ -319,8 +308,8 @@ def _validate(c: Config) -> None:
         raise ConfigError("write.index_batch must be >= 1")
     if c.write.max_depth < 1 or c.write.max_children < 1:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
-    if r.named_df < 0:
-        raise ConfigError("retrieval.named_df must be >= 0")
+    if not 0.0 <= r.active_prior <= 10.0:
+        raise ConfigError("retrieval.active_prior must be from 0 to 10 (0: off)")
     if r.family_open < 0:
         raise ConfigError("retrieval.family_open must be >= 0 (0: open none)")
     if not 0.0 <= r.family_rarity <= 4.0:

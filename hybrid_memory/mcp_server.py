@@ -100,8 +100,6 @@ class RecallNode(BaseModel):
     branch_score: float | None = Field(default=None, description="explain: the score of the node's branch.")
     branch_factor: float | None = Field(default=None, description="explain: what the score was multiplied by for its branch.")
     tokens: int | None = Field(default=None, description="explain: the node's tokens in the context.")
-    updates: str | None = Field(default=None, description="explain: for a question about now, the id of the older "
-                                "memory this one updates (it was ranked just above it).")
 
 
 class BranchOut(BaseModel):
@@ -280,7 +278,7 @@ class _Tools:
             numbers: dict[str, Any] = dict(
                 similarity=_num(s.similarity), dense=_num(s.dense), lexical=_num(s.lexical),
                 weight=_num(s.weight), branch_score=_num(s.branch_score),
-                branch_factor=_num(s.branch_factor), tokens=s.tokens, updates=s.updates,
+                branch_factor=_num(s.branch_factor), tokens=s.tokens,
             ) if explain else {}
             nodes.append(RecallNode(id=s.node.id, type=s.node.type.value, parent_id=s.node.parent_id,
                                     reason=s.reason, score=_num(s.score), preview=_clip(s.node.content),

@@ -101,10 +101,6 @@ class ScoredNode:
     #: What the score was multiplied by for the node's branch: 1 in the located
     #: branch, less the further its branch falls behind (see retrieval.branch_factor).
     branch_factor: float = 1.0
-    #: For a question about how things stand now: the id of the older memory this
-    #: one updates (it names what that one named), whose score it was lifted to
-    #: just above (``retrieval.follow_updates``). None otherwise.
-    updates: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +146,7 @@ class Recall:
             lines.append(
                 f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
                 f"{s.lexical:6.3f} {s.weight:6.3f} {s.branch_factor:6.3f}  [{s.node.type.value}] {s.node.id} "
-                f"{_clip(s.node.content, 60)}" + (f"  (updates {s.updates})" if s.updates else "")
+                f"{_clip(s.node.content, 60)}"
             )
         lines.append(f"tokens: {self.tokens}/{self.budget_tokens}, dropped for budget: {self.dropped}")
         return "\n".join(lines)

@@ -32,7 +32,6 @@ from .errors import ClosedError
 from .forgetting import superseded_states
 from .lexicon import Lexicon, Marks
 from .model import (
-    SUPERSEDING,
     BranchScore,
     Node,
     NodeType,
@@ -67,8 +66,6 @@ class _Scored:
     score: float = 0.0
     branch_score: float = 0.0
     branch_factor: float = 1.0
-    #: The memory this one updates, when a question about now lifted it above it.
-    updates: str | None = None
 
 
 class _Lexical(NamedTuple):
@@ -78,12 +75,6 @@ class _Lexical(NamedTuple):
     words: _QueryWords
     found: dict[str, Any]
     dense_mix: float
-    kind: str | None
-    answers: Callable[[Any], bool] | None
-    aggregate: bool
-    about_state: bool
-    about_now: bool
-    named: frozenset[str]
 
 
 _T_ = TypeVar("_T_")
@@ -94,8 +85,11 @@ class Retriever:
         self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str,
         pending: Callable[[], Mapping[str, tuple[int, float]]] = dict,
         embed_later: Callable[[list[str]], Callable[[], np.ndarray[Any, Any]]] | None = None,
+        session: str | None = None,
     ) -> None:
         self.store = store
+        #: The agent session whose active node is the prior of a query (None: no prior).
+        self.session = session
         #: Starts embedding texts and returns what waits for the vectors: the query is
         #: embedded on another thread while the lexical channel reads (default: here).
         self.embed_later = embed_later or (lambda texts: _ready(embedder.embed(texts)))
@@ -132,7 +126,8 @@ class Retriever:
             # The outbox is read first, as recovery.nearest reads it: the index is asked after.
             waiting = outbox_vectors(self.store, self.namespace, conn)
             view = self._view(conn)
-            search = self._prepared_search(r.candidates)
+            # Asked for more than it proposes: see _dense_cut.
+            search = self._prepared_search(_DENSE_FETCH * r.candidates)
 
             def lexical_channel() -> _Lexical:
                 # Needs no vector: runs while the query embeds and the index searches.
@@ -144,19 +139,8 @@ class Retriever:
                 # The lexical candidates' rows and postings; the dense candidates' come after.
                 found = view.rows([i for i, _ in lex_top], live_only=True)
                 words.complete(found)
-                kind = text.answer_kind(query) if r.answer_type else None
-                return _Lexical(
-                    qterms=qterms, words=words, found=found,
-                    dense_mix=r.dense_share * self.embedder.coverage(query), kind=kind,
-                    answers=_states_answer(text.answer_test(kind, query)) if kind is not None else None,
-                    aggregate=text.aggregate_question(query),
-                    about_state=r.status_state and text.status_question(query),
-                    about_now=r.follow_updates and text.latest_question(query),
-                    # The identifiers the question names: terms of three characters or
-                    # more with a digit that few memories hold ("5335" of PO-5335; not
-                    # the "27" of "27-inch", a size that other orders' monitors have too).
-                    named=frozenset(t for t in words.known if len(t) >= 3 and words.df[t] <= r.named_df
-                                    and any(c.isdigit() for c in t)))
+                return _Lexical(qterms=qterms, words=words, found=found,
+                                dense_mix=r.dense_share * self.embedder.coverage(query))
 
             # The lexical channel runs on the handle's query thread while this one
             # waits for the query's vector and asks the index, whose search gives up
@@ -165,18 +149,22 @@ class Retriever:
             try:
                 qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
                 try:
-                    dense_hits = dict(merge_waiting(search(qvec[None, :]), waiting, qvec[None, :], r.candidates)[0])
+                    fetched = merge_waiting(search(qvec[None, :]), waiting, qvec[None, :],
+                                            _DENSE_FETCH * r.candidates)[0]
                 except Exception as exc:  # the index is derived; lexical search still answers
                     log.warning("vector index unavailable, lexical retrieval only: %s", exc)
-                    dense_hits = {}
+                    fetched = []
             finally:
                 # (waited for whatever happened here: it reads through this transaction)
                 futures_wait([channel])
             said = channel.result()
-            qterms, words, found, dense_mix = said.qterms, said.words, said.found, said.dense_mix
-            kind, answers, aggregate, named = said.kind, said.answers, said.aggregate, said.named
-            about_state, about_now = said.about_state, said.about_now
-            found.update(view.rows([i for i in dense_hits if i not in found], live_only=True))
+            words, found, dense_mix = said.words, said.found, said.dense_mix
+            # The dense candidates: the index's proposals cut as what is stored decides.
+            fetched_rows = view.rows([i for i, _ in fetched if i not in found], live_only=True)
+            dense_ids = _dense_cut(fetched, {**fetched_rows, **found}, qvec, r.candidates,
+                                   _DENSE_FETCH * r.candidates)
+            found.update((i, fetched_rows[i]) for i in dense_ids if i in fetched_rows)
+            dense_hits: dict[str, float] = {}
             # (by id, as one read of them all lists them)
             cand_rows = {i: found[i] for i in sorted(found)}
             words.complete(cand_rows)
@@ -189,24 +177,17 @@ class Retriever:
                 dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
 
             postings = words.held(cand_rows)
-            # A question asking how long (how many, where): a candidate stating a
-            # duration (a count, a place) holds one more of its words, which inside a
-            # family tells the subtask that measured it ("Postmortem: 84 minutes of
-            # degraded checkout") from the parent's lines (a task line states none:
-            # _states_answer).
-            if kind is not None and answers is not None:
-                postings = [*postings, *((text.ANSWER_TERMS[kind], i, 1) for i, row in cand_rows.items()
-                                         if answers(row))]
-            scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, named, words.idf)
+            scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, words.idf)
+            if r.active_prior > 0 and self.session is not None:
+                scored_branches = _prefer_active(scored_branches, cand_rows, self._active_root(conn, view),
+                                                 r.active_prior)
             if not scored_branches:
                 return Recall(query, (), "", 0, (), budget)
             best = scored_branches[0][0]
-            # A counting / ordering / comparing question spreads over more branches,
-            # each of which reserves places among the k. So does any question to a
-            # memory of no more branches than such a question opens, without the
-            # reserved places: with so few branches, a located one singles out
-            # little, and an answer in another costs only a small shortfall.
-            spread = aggregate or (r.small_memory and not self._has_more_branches(conn, r.spread_branches, seq()))
+            # A question to a memory of no more branches than spread_branches spreads
+            # over them: with so few branches, a located one singles out little, and
+            # an answer in another costs only a small shortfall.
+            spread = r.small_memory and not self._has_more_branches(conn, r.spread_branches, seq())
             n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
             chosen = [sb for sb in scored_branches[:n_open] if sb[0] >= ratio * best]
             branch_score = {b: s for s, b, _ in chosen}
@@ -221,22 +202,6 @@ class Retriever:
             opened = branch_score.keys() | family
             rows = view.branch_rows([*branch_score, *family])
             branch_nodes = [view.node(row) for row in rows]
-            # A question asking how long (how many) whose located branch states no such
-            # answer, while one other branch of its family read here does: the answer is
-            # there, though it was not among the candidates ("Postmortem for BUG-4388:
-            # 18 minutes of degraded checkout" under "Write the postmortem for BUG-4388").
-            # A question asking where a task stands whose located branch records no
-            # state, while one other branch of its family does: the state is the
-            # answer ("What is still open on TRV-2091?" located the visa subtask on
-            # "still lacks bank statements"; the trip's state is in its parent).
-            if answers is None and about_state:
-                answers = _is_state
-            moved = _answer_branch(answers, chosen[0][1], located_root, branch_nodes) if answers is not None else None
-            if moved is not None:
-                chosen = [(best, moved, next((n for _, b, n in scored_branches if b == moved), 0)),
-                          *(c for c in chosen if c[1] != moved)]
-                branch_score = {b: s for s, b, _ in chosen}
-                every_branch[moved] = best
             words.complete({n.id: None for n in branch_nodes})
             local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
             zero = np.zeros(len(qvec), dtype=np.float32)
@@ -257,17 +222,6 @@ class Retriever:
             top_lex = max((lexical.get(n.id, 0.0) for n in branch_nodes), default=0.0)
             peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score and r.lexical_peer > 0
                      and lexical.get(i, 0.0) >= max(r.lexical_peer * top_lex, 1e-9)}
-            # A question naming an identifier the located family holds: a memory
-            # outside the family that holds none of the named identifiers is
-            # about something else (retrieval.named_outside). Not for a spreading
-            # question: "how many days before I bought the iPhone 13 did I ..."
-            # names one thing of the two it asks about.
-            named_ids: set[str] = set()
-            gate = False
-            if named and r.named_outside < 1.0 and not spread:
-                paths = {n.id: n.path for n in branch_nodes} | {i: row.path for i, row in cand_rows.items()}
-                named_ids = {i for t, i, _ in words.held(paths) if t in named}
-                gate = any(root_of(paths[i]) == located_root for i in named_ids)
             weigh = self._weigher(now)
             lam, opened_weight = r.lambda_, (r.spread_weight if spread else r.branch_weight)
             for node, dense, lex in entries:
@@ -278,15 +232,8 @@ class Retriever:
                 bw = opened_weight if b in branch_score else \
                     0.0 if node.id in peers or b in family else r.outside_weight
                 bf = branch_factor(bs, best, bw)
-                if gate and node.id not in named_ids and root_of(node.path) != located_root:
-                    bf *= r.named_outside
                 scored[node.id] = _Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
                                           bs, bf)
-            # A question about how things stand now: a newer memory of the same
-            # branch that names what a strong match named (the owner, the supplier,
-            # the flight it replaces) is its update, and ranks just above it.
-            if about_now:
-                _follow_updates(scored, branch_nodes, set(qterms), k)
             # Who may be one of the k: not a branch's own task node (it is the context
             # of every hit below it, rendered as their ancestor) unless it stands alone;
             # a node of an unopened branch only as a match nearly as strong as the best
@@ -303,7 +250,7 @@ class Retriever:
             for s in pool:
                 if s.node.branch_id in groups:
                     groups[s.node.branch_id].append(s)
-            reserved, rest = self._pick(pool, list(groups.values()) if aggregate or not spread else [], k,
+            reserved, rest = self._pick(pool, list(groups.values()) if not spread else [], k,
                                         r.quota_similarity * top_sim)
             hits = reserved + rest
             standing = self._standing([s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
@@ -322,6 +269,13 @@ class Retriever:
             budget_tokens=budget,
             dropped=recall[3],
         )
+
+    def _active_root(self, conn: Connection, view: RowView | StoreView) -> str | None:
+        """The top-level task of this session's active node (None: no live active node)."""
+        assert self.session is not None
+        active = self.store.get_cursor(conn, self.namespace, self.session)
+        row = view.rows([active], live_only=True).get(active) if active is not None else None
+        return None if row is None else root_of(row.path)
 
     def _view(self, conn: Connection) -> RowView | StoreView:
         """The node rows as ``conn`` reads them: through the cache when there is one."""
@@ -583,7 +537,7 @@ class Retriever:
                 ScoredNode(
                     node=own_node(node) if shared else node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                     weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
-                    branch_factor=s.branch_factor, updates=s.updates,
+                    branch_factor=s.branch_factor,
                 )
             )
         context = "\n".join(lines)
@@ -633,12 +587,9 @@ class _QueryWords:
         self._conn, self._namespace = conn, namespace
         #: Where the postings are read: the store, or a copy of them kept in memory.
         self._index: LexicalIndex = index or store
-        # A word is looked up in all its inflections ("reproduce": "reproduced"...),
-        # which count as the word itself from here on.
-        self._word_of: dict[str, str] = {}
-        for t in qterms:
-            for form in sorted(text.word_forms(t)):
-                self._word_of.setdefault(form, t)
+        # Each query word is looked up as itself: text.terms already made one term of
+        # a word's inflections (its stem).
+        self._word_of: dict[str, str] = {t: t for t in qterms}
         df: dict[str, int] = defaultdict(int)
         forms_held: dict[str, int] = defaultdict(int)  # word -> how many of its forms are stored
         for form, n in self._index.term_df(conn, namespace, list(self._word_of)).items():
@@ -672,7 +623,7 @@ class _QueryWords:
                 if n:
                     self.df[t] = n
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
-        total = sum(self.idf.values())
+        total = math.fsum(self.idf.values())  # exact: the same in whatever order the words were counted
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
         share = {m: self.share(t for j, t in enumerate(listed) if m >> j & 1) for m in held_by}
         #: Node id -> its share (0.0 for a node holding none of the listed words).
@@ -812,6 +763,40 @@ def _distinct_masks(masks: np.ndarray[Any, Any], bits: int) -> tuple[np.ndarray[
     return np.unique(masks, return_counts=True)
 
 
+#: The vector index is asked for this many times ``retrieval.candidates`` (see _dense_cut).
+_DENSE_FETCH = 2
+#: More than the index's float arithmetic can put a cosine off the stored embeddings'.
+_DENSE_EPS = 1e-5
+
+
+def _dense_cut(fetched: Sequence[tuple[str, float]], rows: Mapping[str, Any], qvec: np.ndarray[Any, Any], n: int,
+               asked: int) -> list[str]:
+    """The dense channel's candidates, at most ``n``, as a function of what is stored.
+
+    The index's answer (``fetched``: the ``asked`` nearest it found, the outbox's
+    merged in) depends on its graph: a graph reloaded from disk, Chroma's before
+    the in-process copy is ready, or a write still in the outbox order equal and
+    nearly equal vectors differently, so the index's own top ``n`` differed between
+    a process that ran on and one that restarted whenever a tie straddled the n-th
+    place (equal vectors are common: repeated lines, and Chinese lines the
+    embedder reads as [UNK]s). Here the live ones (``rows``) are scored from their
+    stored embeddings and, when the index filled its window, only those scoring
+    clearly above the window's last are kept: every memory that scores so well is
+    in the window, whatever the graph. The ``n`` best of them go, ties to the newer
+    memory, then by content, then by id."""
+    floor = min(s for _, s in fetched) + _DENSE_EPS if len(fetched) >= asked else -math.inf
+    ranked = []
+    for node_id, _ in fetched:
+        row = rows.get(node_id)
+        if row is None or not row.embedding:  # (not live, or its vector still being computed)
+            continue
+        score = float(np.dot(from_blob(row.embedding), qvec))
+        if score > floor:
+            ranked.append((-score, -row.created_at, row.content, node_id))
+    ranked.sort()
+    return [t[3] for t in ranked[:n]]
+
+
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
     return lambda: vectors
 
@@ -852,63 +837,6 @@ def _cut_ties(ranked: list[tuple[str, float]], tied: list[str], edge: float, n: 
     return ranked + [(i, edge) for i in tied[: n - lo]]
 
 
-def _follow_updates(scored: Mapping[str, _Scored], branch_nodes: Sequence[Node], asked: set[str], k: int) -> None:
-    """For each of the k best-scored facts, preferences and decisions of the opened
-    branches, the newer memories of its branch and kind that hold at least two (or
-    half) of its distinctive words (held by at most two such memories of the
-    branch, the question's own words and bare numbers aside) are its updates: each
-    is lifted to just above it, the newest highest. Events and states are not
-    followed: what happened is not replaced by what happened next. Scores are
-    changed in place; nothing is lifted twice."""
-    members: dict[str, list[Node]] = defaultdict(list)
-    for n in branch_nodes:
-        if n.type in SUPERSEDING:
-            members[n.branch_id].append(n)
-    words = {n.id: set(text.terms(n.content)) for ns in members.values() for n in ns}
-    df: dict[str, Counter[str]] = {b: Counter(t for n in ns for t in words[n.id]) for b, ns in members.items()}
-    top = heapq.nlargest(k, (s for s in scored.values() if s.node.id in words), key=rank_key)
-    lifted: set[str] = set()
-    for s in top:
-        b = s.node.branch_id
-        own = {t for t in words[s.node.id] if df[b][t] <= 2 and t not in asked and not t.isdigit()}
-        if not own:
-            continue
-        need = 1 if len(own) <= 2 else 2
-        updates = [n for n in members[b] if n.created_at > s.node.created_at and n.type is s.node.type
-                   and n.id not in lifted and len(own & words[n.id]) >= need]
-        for rank, n in enumerate(sorted(updates, key=lambda n: (n.created_at, n.id)), start=1):
-            u, lift = scored[n.id], s.score * (1.0 + 1e-6 * rank)
-            if lift > u.score:
-                u.score, u.updates = lift, s.node.id
-            lifted.add(n.id)
-
-
-def _is_state(node: Any) -> bool:
-    """Whether a node (or a stored row) is a state memory: the answer to a question
-    asking where a task stands."""
-    return bool(node.type == NodeType.STATE)
-
-
-def _states_answer(holds: Callable[[str], bool]) -> Callable[[Any], bool]:
-    """Whether a node (or a stored row) states an answer by ``holds``
-    (``text.answer_test`` of the question) on its content. A task line does not: it
-    names the task ("... failing on iPadOS"), it does not answer for it."""
-    return lambda node: node.type != NodeType.TASK and holds(node.content)
-
-
-def _answer_branch(holds: Callable[[Node], bool], located: str, root: str, nodes: Sequence[Node]) -> str | None:
-    """The branch of the family under ``root`` that answers a question asking for a
-    kind of answer (``holds``: whether a memory gives one, :func:`_states_answer` or
-    :func:`_is_state`, neither of which a task line passes) when ``located`` does
-    not: the one branch among ``nodes`` whose memories give such an answer, none of
-    them in ``located``. None when ``located`` gives one, or when no other branch or
-    more than one does."""
-    holders = {n.branch_id for n in nodes if root_of(n.path) == root and holds(n)}
-    if located in holders or len(holders) != 1:
-        return None
-    return holders.pop()
-
-
 def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:
     """What a node's score is multiplied by for its branch: 1 in the located (best)
     branch, less the further its branch's score falls behind."""
@@ -924,8 +852,7 @@ def _idf(n_docs: int, df: int) -> float:
 def _branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
     lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
-    family_dense: float = 1.0, named: frozenset[str] = frozenset(), unnamed: float = 1.0,
-    rarity: Mapping[str, float] | None = None, title: float = 1.0,
+    family_dense: float = 1.0, rarity: Mapping[str, float] | None = None,
 ) -> list[tuple[float, str, int]]:
     """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
     first. A branch scores its best candidate's similarity plus a little for breadth.
@@ -946,27 +873,14 @@ def _branch_scores(
     ("need", "trip") can look as rare as the word that tells a subtask from its
     parent. None: no factor.
 
-    ``title``: inside a family, the factor of the query words that the family's
-    top-level task node holds, when that node is a candidate. A question names its
-    ticket or hire as the task's title does ("the Blue Harbor Bank case TKT-8610"):
-    those words tell which family, and the title would otherwise win inside it on
-    them alone, since the subtasks' memories seldom repeat them.
-
-    ``named``: the identifiers the question names (a ticket number, say). When some
-    candidates hold one, a family (or branch) none of whose candidates holds one is
-    about something else however alike it reads: its score is multiplied by
-    ``unnamed``.
     """
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
         groups[root_of(row.path) if by_family else row.branch_id][i] = row
     held: dict[str, list[Posting]] | None = None  # a candidate's postings (read for a family of branches)
     out: list[tuple[float, str, int]] = []
-    holders = {node_id for term, node_id, _ in postings if term in named and node_id in cand_rows} if named else set()
-    for key, members in groups.items():
+    for members in groups.values():
         score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
-        if holders and not holders.intersection(members):
-            score *= unnamed
         first = next(iter(members.values())).branch_id
         if all(row.branch_id == first for row in members.values()):
             out.append((score, first, len(members)))
@@ -977,13 +891,7 @@ def _branch_scores(
             for p in postings:
                 if p[1] in cand_rows:
                     held[p[1]].append(p)
-        scale = rarity
-        root = key  # (a family: only families hold more than one branch)
-        if title != 1.0 and root in members:
-            scale = dict(rarity or {})
-            for term, _, _ in held[root]:
-                scale[term] = scale.get(term, 1.0) * title
-        local = _idf_share([p for i in members for p in held[i]], len(members), scale)
+        local = _idf_share([p for i in members for p in held[i]], len(members), rarity)
         sims: dict[str, list[float]] = defaultdict(list)
         for i, row in members.items():
             sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix * family_dense))
@@ -994,27 +902,35 @@ def _branch_scores(
 
 
 def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
-            lexical: Mapping[str, float], dense_mix: float, named: frozenset[str],
+            lexical: Mapping[str, float], dense_mix: float,
             idf: Mapping[str, float]) -> list[tuple[float, str, int]]:
     """Stage 1 under the settings ``r``: :func:`_branch_scores` of the candidates,
     the query words' in-family factors taken from their idf in the whole memory
-    (``idf``). What ``eval.locate_replay`` records and re-scores."""
+    (``idf``)."""
     return _branch_scores(cand_rows, postings, dense, lexical, dense_mix, r.by_family, family_dense=r.family_dense,
-                          named=named, unnamed=r.unnamed, rarity=_rarity(idf, r.family_rarity, r.family_particle),
-                          title=r.family_title)
+                          rarity=_rarity(idf, r.family_rarity))
 
 
-def _rarity(idf: Mapping[str, float], power: float, particle: float = 1.0) -> dict[str, float] | None:
+def _prefer_active(scored: list[tuple[float, str, int]], cand_rows: Mapping[str, Any], root: str | None,
+                   prior: float) -> list[tuple[float, str, int]]:
+    """Stage 1's branches with those of the active family (the tree of the active
+    node's top-level task) scored ``1 + prior`` times higher, best first: an agent
+    is asked most often about what it is working on, and a question that reads
+    clearly closer to another task still goes there."""
+    if root is None:
+        return scored
+    family = {row.branch_id for row in cand_rows.values() if root_of(row.path) == root}
+    if not family:
+        return scored
+    return sorted(((s * (1.0 + prior) if b in family else s, b, n) for s, b, n in scored), reverse=True)
+
+
+def _rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
     """The in-family factor of each query word (``retrieval.family_rarity``): its idf
-    in the whole memory to ``power``; None when no word gets a factor. A
-    CJK term is a character pair, often one across a word boundary ("高艳的" gives
-    "艳的"): its rarity in the memory is the pair's, not a word's, so it is left out
-    (factor 1), except a pair holding the particle 的 (``retrieval.family_particle``):
-    it joins a name or word to whatever the sentence puts next to it, so it says
-    nothing about which branch a memory is on."""
+    in the whole memory to ``power``; None when no word gets a factor. A CJK term is
+    a character pair, often one across a word boundary ("高艳的" gives "艳的"): its
+    rarity in the memory is the pair's, not a word's, so it is left out (factor 1)."""
     out = {t: v**power for t, v in idf.items() if not text.is_cjk(t)} if power else {}
-    if particle != 1.0:
-        out.update((t, particle) for t in idf if text.is_particle_pair(t))
     return out or None
 
 

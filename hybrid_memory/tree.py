@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
-from . import portability, safety, text
+from . import portability, retokenize, safety, text
 from .config import Config
 from .crypto import Keyring
 from .embed import Embedder, make_embedder
@@ -147,7 +147,8 @@ class MemoryTree:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-memory-embed")
         self._embedded = False
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace,
-                                    pending=lambda: self._pending_access, embed_later=self._embed_later)
+                                    pending=lambda: self._pending_access, embed_later=self._embed_later,
+                                    session=self.session)
         self._writer = Writer(
             store=store, index=index, embedder=embedder, config=self.config,
             namespace=self.namespace, session=self.session, clock=clock,
@@ -158,6 +159,7 @@ class MemoryTree:
         self._writer.fault = self._fault
         self._check_embedder()
         self._check_branch_mode()
+        retokenize.check_terms(self.store, self.namespace)
         self._unembedded = self._embed_left()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()

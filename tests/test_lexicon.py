@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from hybrid_memory import ROOT, MemoryTree
+from hybrid_memory import ROOT, MemoryTree, text
 from hybrid_memory import lexicon as lexicon_module
 from hybrid_memory.lexicon import Lexicon
 from hybrid_memory.store.sql import nodes, terms
@@ -161,9 +161,10 @@ def test_retrieval_answers_the_same_with_the_copy(open_memory: Any, tmp_path: Pa
     """A handle keeping the copy (from its second query) and one reading the store
     answer every query alike, while both handles write between the queries."""
     folder = tmp_path / "mem"
-    kept = open_memory(folder=folder, dedup={"enabled": False})
+    # (no active-task prior: the two handles are two sessions, each with its own focus)
+    kept = open_memory(folder=folder, dedup={"enabled": False}, retrieval={"active_prior": 0.0})
     plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
-                        retrieval={"in_memory_lexicon": False})
+                        retrieval={"in_memory_lexicon": False, "active_prior": 0.0})
     if lang == "zh":
         tasks = ["报销单 EXP-31：上海出差的酒店发票", "工单 TKT-90：打印机无法连接", "代码变更：上传超时重试"]
         notes = ["酒店发票金额是八百元", "打印机驱动已经重装", "重试间隔改为两秒", "财务要求补充出租车发票"]
@@ -224,6 +225,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
     from hybrid_memory.retrieval import _QueryWords
 
     mem = open_memory(dedup={"enabled": False})
+    term = text.terms(word)[0]  # (the stem of "deadline")
     task = mem.add(f"Project {word} tracking", type="task", parent=ROOT)
     made = []
     for i in range(60):
@@ -235,7 +237,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
         with mem.store.reading() as conn:
             if isinstance(index, Lexicon):
                 index.sync(conn)
-            words = _QueryWords(mem.store, conn, mem.namespace, [word], 0, None, index)
+            words = _QueryWords(mem.store, conn, mem.namespace, [term], 0, None, index)
             return words.top(7, lambda ids: index.tie_keys(conn, ids))
 
     expected = top(mem.store)
@@ -243,7 +245,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
     assert top(lex) == expected  # (reads the tie keys of every tied memory)
     with mem.store.reading() as conn:
         lex.sync(conn)
-        marks = lex.term_mask_arrays(conn, mem.namespace, [[word]])
+        marks = lex.term_mask_arrays(conn, mem.namespace, [[term]])
     assert marks is not None
     tied = marks.nodes
     newest = marks.newest(tied, 7)
@@ -254,7 +256,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
     mem.update(made[-1].id, content=f"{word} item 59, moved", ts=1_000_100.0)
     with mem.store.reading() as conn:
         lex.sync(conn)
-        again = lex.term_mask_arrays(conn, mem.namespace, [[word]])
+        again = lex.term_mask_arrays(conn, mem.namespace, [[term]])
     assert again is not None and again.newest(again.nodes, 7) is None  # (one time not known yet)
     assert top(lex) == top(mem.store)  # (and reads it)
     assert again.newest(again.nodes, 7) is not None

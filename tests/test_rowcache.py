@@ -57,9 +57,11 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
     archive, a restore and a delete."""
     t = TEXTS[lang]
     folder = tmp_path / "mem"
-    kept = open_memory(folder=folder, dedup={"enabled": False}, usage={"flush_every": 1})
-    plain = open_memory(folder=folder, session="plain", dedup={"enabled": False}, retrieval={"row_cache": 0},
-                        usage={"flush_every": 1})
+    # (no active-task prior: the two handles are two sessions, each with its own focus)
+    kept = open_memory(folder=folder, dedup={"enabled": False}, usage={"flush_every": 1},
+                       retrieval={"active_prior": 0.0})
+    plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
+                        retrieval={"row_cache": 0, "active_prior": 0.0}, usage={"flush_every": 1})
     heads = [kept.add(x, type="task", parent=ROOT) for x in t["tasks"]]
     notes = []
     for i, note in enumerate(t["notes"]):

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, update
 
-from hybrid_memory import ROOT, MemoryTree
+from hybrid_memory import ROOT, MemoryTree, text
 from hybrid_memory.cli import main as cli
 from hybrid_memory.store.sql import term_counts, terms
 
@@ -114,7 +114,7 @@ def test_verify_finds_miscounted_terms_and_repair_recounts_them(open_memory: Any
     assert mem.verify().clean
     _agree(mem)
     if mem.store.is_sqlite:  # the command line reports them too
-        mem.store.write(lambda conn: conn.execute(delete(term_counts).where(term_counts.c.term == "retry")))
+        mem.store.write(lambda conn: conn.execute(delete(term_counts).where(term_counts.c.term == text.stem("retry"))))
         mem.close()
         assert cli(["--path", str(folder), "--namespace", mem.namespace, "verify"]) == 1
         assert "miscounted terms     1" in capsys.readouterr().out

@@ -131,14 +131,12 @@ class ScoredOut(BaseModel):
     tokens: int
     #: What the score was multiplied by for the node's branch.
     branch_factor: float = 1.0
-    #: For a question about now: the id of the older memory this one updates.
-    updates: str | None = None
 
     @classmethod
     def of(cls, s: ScoredNode) -> ScoredOut:
         return cls(node=NodeOut.of(s.node), reason=s.reason, score=s.score, similarity=s.similarity, dense=s.dense,
                    lexical=s.lexical, weight=s.weight, branch_score=s.branch_score, tokens=s.tokens,
-                   branch_factor=s.branch_factor, updates=s.updates)
+                   branch_factor=s.branch_factor)
 
 
 class BranchOut(BaseModel):
