@@ -64,7 +64,6 @@ HELDOUT = (
     Source("gen-en-test", "generate", "en", split="test"),
     Source("gen-zh-test", "generate", "zh", split="test"),
 )
-REAL = frozenset(s.name for s in SOURCES if s.kind == "dataset")
 FIGURES = ("recall_all@10", "ndcg@10", "branch_acc@1", "tokens_mean")
 
 

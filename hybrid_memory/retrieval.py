@@ -161,10 +161,9 @@ class Retriever:
             words, found, dense_mix = said.words, said.found, said.dense_mix
             # The dense candidates: the index's proposals cut as what is stored decides.
             fetched_rows = view.rows([i for i, _ in fetched if i not in found], live_only=True)
-            dense_ids = _dense_cut(fetched, {**fetched_rows, **found}, qvec, r.candidates,
-                                   _DENSE_FETCH * r.candidates)
-            found.update((i, fetched_rows[i]) for i in dense_ids if i in fetched_rows)
-            dense_hits: dict[str, float] = {}
+            dense_hits = dict(_dense_cut(fetched, {**fetched_rows, **found}, qvec, r.candidates,
+                                         _DENSE_FETCH * r.candidates))
+            found.update((i, fetched_rows[i]) for i in dense_hits if i in fetched_rows)
             # (by id, as one read of them all lists them)
             cand_rows = {i: found[i] for i in sorted(found)}
             words.complete(cand_rows)
@@ -172,9 +171,11 @@ class Retriever:
             # Every candidate's dense score from its stored embedding: the index only
             # proposes candidates, so its float arithmetic (and an approximate search
             # that may order near-ties differently after a reload) never decides.
-            # (A node whose vector is still being computed, the empty blob, has no dense score.)
+            # (A node whose vector is still being computed, the empty blob, has no dense score;
+            # the dense candidates were scored so by _dense_cut.)
             for node_id, row in cand_rows.items():
-                dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
+                if node_id not in dense_hits:
+                    dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
 
             postings = words.held(cand_rows)
             scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, words.idf)
@@ -589,22 +590,17 @@ class _QueryWords:
         self._index: LexicalIndex = index or store
         # Each query word is looked up as itself: text.terms already made one term of
         # a word's inflections (its stem).
-        self._word_of: dict[str, str] = {t: t for t in qterms}
-        df: dict[str, int] = defaultdict(int)
-        forms_held: dict[str, int] = defaultdict(int)  # word -> how many of its forms are stored
-        for form, n in self._index.term_df(conn, namespace, list(self._word_of)).items():
-            df[self._word_of[form]] += n
-            forms_held[self._word_of[form]] += 1
-        # The words stored in more than one form, whose postings are merged per node:
-        # any other word's (word, node) pairs come back once each, and its count is
-        # exact (every word, when terms are blinded: each key blinds them its way).
-        self._merged = None if store.keyring is not None else {w for w, n in forms_held.items() if n > 1}
+        df = self._index.term_df(conn, namespace, list(qterms))
+        # Blinded terms (a keyring) may be stored once per key that blinded them: their
+        # postings are merged per node and their counts taken again off the holders.
+        # Plain terms come back once per (word, node), and their counts are exact.
+        self._blinded = store.keyring is not None
         #: The query's words the namespace knows.
         self.known = [t for t in qterms if t in df]
         count = live_count or (lambda c: store.live_count(c, namespace))
         n_docs = count(conn) if self.known else 0
-        # A memory holding two forms of a word ("bike", "bikes") is counted by each:
-        # a listed word is counted again off the nodes holding it, a common one is capped.
+        # A memory holding a word under two keys is counted by each: a listed word is
+        # counted again off the nodes holding it, a common one is capped.
         self.df = {t: min(n, n_docs) for t, n in df.items()}
         listed = [t for t in self.known if not common or self.df[t] <= common]
         # From the copy kept in memory, the holders come as arrays and are named only
@@ -616,12 +612,10 @@ class _QueryWords:
         else:
             masks = self._masks(listed)
             held_by = Counter(masks.values())
-        merged = self._merged
-        for j, t in enumerate(listed):
-            if merged is None or t in merged:
-                n = sum(c for m, c in held_by.items() if m >> j & 1)
-                if n:
-                    self.df[t] = n
+        for j, t in enumerate(listed if self._blinded else ()):
+            n = sum(c for m, c in held_by.items() if m >> j & 1)
+            if n:
+                self.df[t] = n
         self.idf = {t: _idf(n_docs, n) for t, n in self.df.items()}
         total = math.fsum(self.idf.values())  # exact: the same in whatever order the words were counted
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
@@ -639,21 +633,15 @@ class _QueryWords:
         self.by_node: dict[str, list[Posting]] = defaultdict(list)
         self._completed: set[str] = set()
 
-    def _groups(self, listed: Sequence[str]) -> list[list[str]]:
-        forms: dict[str, list[str]] = defaultdict(list)
-        for form, t in self._word_of.items():
-            forms[t].append(form)
-        return [forms[t] for t in listed]
-
     def _masks(self, listed: Sequence[str]) -> dict[str, int]:
         """Node id -> the listed words it holds, bit j for ``listed[j]``."""
-        return self._index.term_masks(self._conn, self._namespace, self._groups(listed)) if listed else {}
+        return self._index.term_masks(self._conn, self._namespace, [[t] for t in listed]) if listed else {}
 
     def _mask_arrays(self, listed: Sequence[str]) -> Marks | None:
         """:meth:`_masks` as arrays, when the index is a copy kept in memory (None otherwise)."""
         if not listed or not isinstance(self._index, Lexicon):
             return None
-        return self._index.term_mask_arrays(self._conn, self._namespace, self._groups(listed))
+        return self._index.term_mask_arrays(self._conn, self._namespace, [[t] for t in listed])
 
     def top(self, n: int, order: Callable[[Sequence[str]], Mapping[str, tuple[float, str]]]) -> list[tuple[str, float]]:
         """The n best lexical candidates, as :func:`_top` picks them."""
@@ -690,27 +678,15 @@ class _QueryWords:
             self.lexical[node_id] = self.share(set(held))
 
     def _read(self, words: Sequence[str], ids: Sequence[str] | None = None) -> list[Posting]:
-        """The postings of ``words`` (of the nodes ``ids`` only, when given), each form
-        read as its word: a node holding two forms of one word holds the word once,
-        with their frequencies added."""
-        wanted = set(words)
-        word_of = self._word_of
-        forms = [f for f, t in word_of.items() if t in wanted]
-        rows = self._index.postings(self._conn, self._namespace, forms, ids)
-        merged = self._merged
-        if merged is None:
-            merged = wanted
-        elif not merged.intersection(wanted):
-            return [(word_of[form], node_id, n) for form, node_id, n in rows]
-        out: list[Posting] = []
+        """The postings of ``words`` (of the nodes ``ids`` only, when given); a blinded
+        word a node holds under two keys is held once, with its frequencies added."""
+        rows = self._index.postings(self._conn, self._namespace, list(words), ids)
+        if not self._blinded:
+            return [(term, node_id, n) for term, node_id, n in rows]
         tf: dict[tuple[str, str], int] = defaultdict(int)
-        for form, node_id, n in rows:
-            word = word_of[form]
-            if word in merged:
-                tf[(word, node_id)] += n
-            else:
-                out.append((word, node_id, n))
-        return out + [(term, node_id, n) for (term, node_id), n in tf.items()]
+        for term, node_id, n in rows:
+            tf[(term, node_id)] += n
+        return [(term, node_id, n) for (term, node_id), n in tf.items()]
 
 
 class _Shares(dict[str, float]):
@@ -770,8 +746,9 @@ _DENSE_EPS = 1e-5
 
 
 def _dense_cut(fetched: Sequence[tuple[str, float]], rows: Mapping[str, Any], qvec: np.ndarray[Any, Any], n: int,
-               asked: int) -> list[str]:
-    """The dense channel's candidates, at most ``n``, as a function of what is stored.
+               asked: int) -> list[tuple[str, float]]:
+    """The dense channel's candidates, at most ``n``, as a function of what is stored:
+    (node id, its score from the stored embedding), best first.
 
     The index's answer (``fetched``: the ``asked`` nearest it found, the outbox's
     merged in) depends on its graph: a graph reloaded from disk, Chroma's before
@@ -794,7 +771,7 @@ def _dense_cut(fetched: Sequence[tuple[str, float]], rows: Mapping[str, Any], qv
         if score > floor:
             ranked.append((-score, -row.created_at, row.content, node_id))
     ranked.sort()
-    return [t[3] for t in ranked[:n]]
+    return [(t[3], -t[0]) for t in ranked[:n]]
 
 
 def _ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
