@@ -55,6 +55,7 @@ class WriteConfig:
     checkpoint_on_focus: bool
     index_batch: int
     overlap_embedding: bool
+    passage_tokens: int
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class RetrievalConfig:
     family_rarity: float
     family_open: int
     active_prior: float
+    context_weight: float
     spread_branches: int
     branch_quota: int
     quota_similarity: float
@@ -308,6 +310,10 @@ def _validate(c: Config) -> None:
         raise ConfigError("write.index_batch must be >= 1")
     if c.write.max_depth < 1 or c.write.max_children < 1:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
+    if c.write.passage_tokens < 16:
+        raise ConfigError("write.passage_tokens must be >= 16")
+    if not 0.0 <= r.context_weight <= 1.0:
+        raise ConfigError("retrieval.context_weight must be from 0 to 1 (0: off)")
     if not 0.0 <= r.active_prior <= 10.0:
         raise ConfigError("retrieval.active_prior must be from 0 to 10 (0: off)")
     if r.family_open < 0:

@@ -15,6 +15,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -162,15 +163,23 @@ def make_embedder(settings: EmbeddingConfig) -> Embedder:
     """The embedder the ``[embedding]`` settings name; nothing is loaded until first use.
 
     ``model = "use-multilingual"`` is the multilingual Universal Sentence Encoder;
+    ``"a+b"`` pairs two of these (:mod:`hybrid_memory.embed_pair`);
     ``"bundled"`` or any other value is a sentence-transformers model name or path,
     run as ``backend`` says: ``"torch"`` by sentence-transformers, ``"onnx"`` by
     onnxruntime (:mod:`hybrid_memory.embed_onnx`), ``"auto"`` by onnxruntime when it
     is installed and can reproduce the model on the CPU, else by sentence-transformers.
     """
-    # Imported here: both modules import this one.
+    # Imported here: these modules import this one.
     from .embed_onnx import OnnxEmbedder
+    from .embed_pair import SEPARATOR, PairedEmbedder
     from .embed_use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder
 
+    if SEPARATOR in settings.model:
+        first, _, second = settings.model.partition(SEPARATOR)
+        if not first or not second or SEPARATOR in second:
+            raise ConfigError(f"embedding.model pairs two models as 'a{SEPARATOR}b', got {settings.model!r}")
+        return PairedEmbedder(make_embedder(replace(settings, model=first)),
+                              make_embedder(replace(settings, model=second)))
     if settings.model == USE_MULTILINGUAL:
         return UniversalSentenceEncoderEmbedder(device=settings.device, batch_size=settings.batch_size)
     if settings.backend == "onnx":

@@ -101,6 +101,9 @@ class ScoredNode:
     #: What the score was multiplied by for the node's branch: 1 in the located
     #: branch, less the further its branch falls behind (see retrieval.branch_factor).
     branch_factor: float = 1.0
+    #: The (start, stop) span of ``node.content`` the context shows: the passage of
+    #: a long memory that best answers the query (None: the whole content).
+    passage: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from . import text
+from . import passages, text
 from .config import Config, RetrievalConfig, WeightConfig
 from .embed import Embedder
 from .errors import ClosedError
@@ -41,6 +41,7 @@ from .model import (
     root_of,
     tree_order,
 )
+from .passages import Passages
 from .recovery import merge_waiting, outbox_vectors
 from .rowcache import RowCache, RowView, StoreView, own_node
 from .store.sql import SqlStore, from_blob, node_from_row
@@ -176,9 +177,16 @@ class Retriever:
             for node_id, row in cand_rows.items():
                 if node_id not in dense_hits:
                     dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
+            # A long memory is as close as its closest passage.
+            held = self._passages(conn, cand_rows)
+            for node_id, p in held.items():
+                dense_hits[node_id] = max(dense_hits[node_id], float(np.max(p.vectors @ qvec)))
 
             postings = words.held(cand_rows)
-            scored_branches = _locate(r, cand_rows, postings, dense_hits, lexical, dense_mix, words.idf)
+            # Stage 1 reads each candidate with its task path as context.
+            near, held_words = (_in_context(view, words, cand_rows, dense_hits, qvec, r.context_weight)
+                                if r.context_weight > 0 else (dense_hits, lexical))
+            scored_branches = _locate(r, cand_rows, postings, near, held_words, dense_mix, words.idf)
             if r.active_prior > 0 and self.session is not None:
                 scored_branches = _prefer_active(scored_branches, cand_rows, self._active_root(conn, view),
                                                  r.active_prior)
@@ -208,12 +216,15 @@ class Retriever:
             zero = np.zeros(len(qvec), dtype=np.float32)
             matrix = np.stack([from_blob(row.embedding) if row.embedding else zero for row in rows]) if rows \
                 else np.zeros((0, len(qvec)))
+            held.update(self._passages(conn, {row.id: row for row in rows if row.id not in held}))
+            branch_dense = [max(float(d), float(np.max(held[row.id].vectors @ qvec))) if row.id in held else float(d)
+                            for row, d in zip(rows, matrix @ qvec, strict=True)]
             # The opened branches, every node, with lexical scores counted inside each
             # branch; and the strongest stage-1 candidates of the other branches, so a
             # question whose answer spans branches still reaches it. A node pays for
             # how far its branch's score falls behind the located (best) one.
             scored: dict[str, _Scored] = {}
-            entries = [(n, float(d), local.get(n.id, 0.0)) for n, d in zip(branch_nodes, matrix @ qvec, strict=True)]
+            entries = [(n, d, local.get(n.id, 0.0)) for n, d in zip(branch_nodes, branch_dense, strict=True)]
             entries += [(view.node(row), dense_hits.get(i, 0.0), lexical.get(i, 0.0))
                         for i, row in cand_rows.items() if row.branch_id not in opened]
             # A node of an unopened branch that holds the query's informative words as
@@ -260,7 +271,8 @@ class Retriever:
             # places first, then the rest by score.
             picked = [(s, "hit") for s in reserved] + sorted(
                 [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
-            recall = self._assemble(view, query, picked, scored, budget, now)
+            shown = _Shown(self.config.write.passage_tokens, held, qvec, words.idf, dense_mix)
+            recall = self._assemble(view, query, picked, scored, budget, now, shown)
         return Recall(
             query=query,
             nodes=recall[0],
@@ -270,6 +282,11 @@ class Retriever:
             budget_tokens=budget,
             dropped=recall[3],
         )
+
+    def _passages(self, conn: Connection, rows: Mapping[str, Any]) -> dict[str, Passages]:
+        """The passages of the long memories among ``rows``."""
+        size = self.config.write.passage_tokens
+        return passages.read(conn, {i: row for i, row in rows.items() if row.tokens > size})
 
     def _active_root(self, conn: Connection, view: RowView | StoreView) -> str | None:
         """The top-level task of this session's active node (None: no live active node)."""
@@ -474,7 +491,8 @@ class Retriever:
             active = scored.get(row.id) or _Scored(node_from_row(row))
             picked = [(active, "active")] + [(s, "top") for s in top]
             nodes, context, tokens, dropped = self._assemble(StoreView(self.store, conn, self.namespace), None, picked,
-                                                             scored, budget, now)
+                                                             scored, budget, now,
+                                                             _Shown(self.config.write.passage_tokens))
         # (the subtree may hold subtasks heading branches of their own: not counted)
         branch = BranchScore(anchor.id, 1.0, sum(s.node.branch_id == anchor.id for s in top), _clip(anchor.content))
         return Recall(None, nodes, context, tokens, (branch,), budget, dropped)
@@ -489,9 +507,10 @@ class Retriever:
         scored: Mapping[str, _Scored],
         budget: int,
         now: float,
+        shown: _Shown,
     ) -> tuple[tuple[ScoredNode, ...], str, int, int]:
         """Take the picks in order, each with the ancestors not yet in, while they fit
-        the token budget; render in tree order."""
+        the token budget; render in tree order (a long memory by one passage)."""
         ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
         known: dict[str, _Scored] = dict(scored)
         unknown = [a for a in ancestor_ids if a not in known]
@@ -507,7 +526,7 @@ class Retriever:
 
         def cost_of(node: Node) -> int:
             if node.id not in tokens:
-                tokens[node.id] = _line_tokens(node)
+                tokens[node.id] = _count_line(_line(node, shown.span(node)))
             return tokens[node.id]
 
         for s, reason in picked:
@@ -532,13 +551,14 @@ class Retriever:
         lines = []
         for node in order:
             s, reason = chosen[node.id]
-            line = _line(node)
+            span = shown.span(node)
+            line = _line(node, span)
             lines.append("  " * node.depth + line)
             out.append(
                 ScoredNode(
                     node=own_node(node) if shared else node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                     weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
-                    branch_factor=s.branch_factor,
+                    branch_factor=s.branch_factor, passage=span,
                 )
             )
         context = "\n".join(lines)
@@ -888,6 +908,45 @@ def _locate(r: RetrievalConfig, cand_rows: Mapping[str, Any], postings: Sequence
                           rarity=_rarity(idf, r.family_rarity))
 
 
+def _in_context(view: RowView | StoreView, words: _QueryWords, cand_rows: Mapping[str, Any],
+                dense: Mapping[str, float], qvec: np.ndarray[Any, Any],
+                weight: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Each candidate's (dense, lexical) scores read with its ancestors (the tasks
+    above it) as context, ``weight`` saying how much the context counts against the
+    node's own text. Dense: the query's cosine with the unit sum of the node's vector
+    and ``weight`` times its ancestors' (their unit sum): what embedding the titles
+    with the content would give, computed from the stored vectors, so a renamed or
+    moved task is the context of its memories at once. Lexical: a query word counts
+    in full where the node holds it and ``weight`` of it where only an ancestor does
+    (fields, as BM25F weighs them). "Moved to Thursday" is then found through the
+    trip it belongs to."""
+    ancestors = {a for row in cand_rows.values() for a in path_ids(row.path)[:-1]}
+    arows = view.rows(sorted(ancestors), live_only=True)
+    words.complete(arows)
+    own: dict[str, set[str]] = defaultdict(set)
+    for term, node_id, _ in words.held([*cand_rows, *arows]):
+        own[node_id].add(term)
+    vectors = {a: from_blob(row.embedding) for a, row in arows.items() if row.embedding}
+    near: dict[str, float] = {}
+    held: dict[str, float] = {}
+    for i, row in cand_rows.items():
+        above = [a for a in path_ids(row.path)[:-1] if a in arows]
+        d = dense.get(i, 0.0)
+        near[i], held[i] = d, words.lexical.get(i, 0.0)
+        if not above:
+            continue
+        inherited = set().union(*(own[a] for a in above)) - own[i]
+        held[i] += weight * words.share(inherited)
+        stacked = [vectors[a] for a in above if a in vectors]
+        if stacked and row.embedding:
+            t = np.sum(stacked, axis=0)
+            t /= max(float(np.linalg.norm(t)), 1e-12)
+            c = from_blob(row.embedding)
+            norm = math.sqrt(max(1.0 + weight * weight + 2.0 * weight * float(np.dot(c, t)), 1e-12))
+            near[i] = (d + weight * float(np.dot(qvec, t))) / norm
+    return near, held
+
+
 def _prefer_active(scored: list[tuple[float, str, int]], cand_rows: Mapping[str, Any], root: str | None,
                    prior: float) -> list[tuple[float, str, int]]:
     """Stage 1's branches with those of the active family (the tree of the active
@@ -959,16 +1018,36 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: It
     return {i: min(math.fsum(v), 1.0) for i, v in terms.items()}
 
 
-def _line(node: Node) -> str:
-    return _TAG[node.type] + node.content
+class _Shown:
+    """Which passage of each long memory a context shows: the one that best answers
+    the query, among those stored (``held``); the first where there is no query or
+    none is stored. A memory of at most ``size`` tokens is shown whole (None)."""
+
+    def __init__(self, size: int, held: Mapping[str, Passages] | None = None, qvec: np.ndarray[Any, Any] | None = None,
+                 idf: Mapping[str, float] | None = None, dense_mix: float = 1.0) -> None:
+        self.size, self.held, self.qvec, self.idf, self.dense_mix = size, held or {}, qvec, idf or {}, dense_mix
+        self._spans: dict[str, tuple[int, int] | None] = {}
+
+    def span(self, node: Node) -> tuple[int, int] | None:
+        if node.id not in self._spans:
+            content = node.content
+            span: tuple[int, int] | None = None
+            if len(content) > self.size and text.count_tokens(content) > self.size:
+                held = self.held.get(node.id)
+                if held is not None and self.qvec is not None:
+                    span = held.spans[passages.choose(content, held, self.qvec, self.idf, self.dense_mix)[0]]
+                else:
+                    span = passages.cut(content, self.size)[0]
+            self._spans[node.id] = span
+        return self._spans[node.id]
+
+
+def _line(node: Node, span: tuple[int, int] | None = None) -> str:
+    return _TAG[node.type] + passages.render(node.content, span)
 
 
 #: The line's lead of each node type (an Enum's ``value`` is a property: slow per line).
 _TAG = {t: f"[{t.value}] " for t in NodeType}
-
-
-def _line_tokens(node: Node) -> int:
-    return _count_line(_line(node))
 
 
 # A query counts a few dozen lines, most of them counted by the queries before it

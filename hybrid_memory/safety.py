@@ -226,13 +226,14 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
     ``conn``'s transaction. Returns the node ids (their vectors are the caller's).
     The namespace's settings (its grouping mode: configuration, no data) stay, so a
     handle still open on it keeps writing consistently."""
-    from .store.sql import cursors, outbox
+    from .store.sql import cursors, outbox, passages
 
     ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace)).scalars())
     conn.execute(delete(terms).where(terms.c.namespace == namespace))
     conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
     store.mark_all_changed(conn, namespace)
     conn.execute(delete(nodes).where(nodes.c.namespace == namespace))
+    conn.execute(delete(passages).where(passages.c.namespace == namespace))
     store.mark_rows_all_changed(conn, namespace)
     conn.execute(delete(oplog).where(oplog.c.namespace == namespace))
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))

@@ -127,6 +127,12 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(" ".join(content.split()).encode("utf-8")).hexdigest()
 
 
+def token_spans(text: str) -> list[tuple[int, int, int]]:
+    """(start, stop, tokens) of each piece :func:`count_tokens` counts, in order."""
+    return [(m.start(), m.end(), max(1, math.ceil((m.end() - m.start()) / 4)))
+            for m in _TOKEN_PIECES.finditer(text)]
+
+
 def count_tokens(text: str) -> int:
     """An estimate of an LLM tokenizer's count: one per CJK character or punctuation
     mark, one per four characters of a Latin word (at least one)."""

@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
-from . import portability, retokenize, safety, text
+from . import passages, portability, retokenize, safety, text
 from .config import Config
 from .crypto import Keyring
 from .embed import Embedder, make_embedder
@@ -161,6 +161,7 @@ class MemoryTree:
         self._check_branch_mode()
         retokenize.check_terms(self.store, self.namespace)
         self._unembedded = self._embed_left()
+        self._uncut = self._cut_left()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()
 
@@ -193,6 +194,35 @@ class MemoryTree:
         log.info("embedded %d memories committed before their vectors (namespace %r)", len(pairs), self.namespace)
         return ""
 
+    def _cut_left(self) -> str:
+        """Cut into passages the long memories that have none for their content (a
+        crash after the write's commit, an import, a new key, a changed
+        ``write.passage_tokens``). Returns the problem to report when the embedder
+        fails ("" otherwise)."""
+        size = self.config.write.passage_tokens
+        with self.store.reading() as conn:
+            left = passages.uncut(conn, self.namespace, size)
+        if not left:
+            return ""
+        try:
+            passages.fill(self.store, self.embedder, self.namespace, left, size)
+        except Exception as exc:  # found by their first passage and their words meanwhile
+            return f"{len(left)} long memories wait for their passages (the embedder failed: {exc})"
+        log.info("cut %d long memories into passages (namespace %r)", len(left), self.namespace)
+        return ""
+
+    def _cut(self, written: Iterable[Node]) -> None:
+        """Cut the long ones of ``written`` (just committed) into passages. A failure
+        leaves them to the next open: each is found by its first passage meanwhile."""
+        size = self.config.write.passage_tokens
+        long = [n.id for n in written if len(n.content) > size and text.count_tokens(n.content) > size]
+        if not long:
+            return
+        try:
+            passages.fill(self.store, self.embedder, self.namespace, long, size)
+        except Exception as exc:
+            log.warning("passages of %d long memories left for the next open: %s", len(long), exc)
+
     def _open_problems(self) -> tuple[str, ...]:
         """What is wrong and was not healed by the open's outbox drain."""
         problems = []
@@ -212,8 +242,9 @@ class MemoryTree:
                     problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
             except Exception as exc:  # the index is derived: report, keep serving from the store
                 problems.append(f"the vector index cannot be read ({exc}): run reindex()")
-        if self._unembedded:
-            problems.append(f"{self._unembedded}: reopen with a working embedder")
+        for left in (self._unembedded, self._uncut):
+            if left:
+                problems.append(f"{left}: reopen with a working embedder")
         bad = corrupt_log_entries(self.store, self.namespace, last_only=True)
         if bad:
             problems.append(f"operation-log entry #{bad[0]} is corrupt: run repair()")
@@ -483,6 +514,7 @@ class MemoryTree:
         written = self._write_flushing(run)
         self._writer.settle(written)  # the vectors of what was committed before them
         result = written.nodes
+        self._cut(n for n in result if not n.merged)
         self._drain(sum(not n.merged for n in result))  # a merge writes no vector
         return result
 
@@ -598,12 +630,15 @@ class MemoryTree:
                 self.store.unindex_terms(conn, [row.id])
                 self.store.index_terms(conn, self.namespace, row.id, text.term_counts(values["content"]))
                 self.store.enqueue(conn, self.namespace, [row.id], "upsert")
+                passages.drop(conn, [row.id])
             self.store.update_node(conn, row.id, **changes)
             self.store.log(conn, self.namespace, self.session, now, "update", row.id,
                            dict(values, version=row.version + 1))
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
         result = self._write_flushing(run)
+        if vec is not None:
+            self._cut([result])
         self._drain()
         return result
 
@@ -807,7 +842,9 @@ class MemoryTree:
         """Load a snapshot written by :meth:`export` into this memory, which must be
         empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
         self._live_check()
-        return portability.import_(self, path)
+        done = portability.import_(self, path)
+        self._uncut = self._cut_left()
+        return done
 
     # -- end portability ------------------------------------------------------------
 
@@ -917,10 +954,12 @@ class MemoryTree:
                 bar.refresh()
 
         try:
-            return safety.rotate_key(self.store, progress=report)
+            rotation = safety.rotate_key(self.store, progress=report)
         finally:
             if bar is not None:
                 bar.close()
+        self._uncut = self._cut_left()  # (the content hashes are keyed: the passages follow)
+        return rotation
 
     def _delete_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, head: str | None) -> None:
         # portability: what replay needs of the purged entries, without what they said.
@@ -1108,6 +1147,7 @@ class MemoryTree:
         self._live_check()
         self._unindexed = 0
         self._unembedded = self._embed_left()  # memories a crash or a failed embedder left without vectors
+        self._uncut = self._cut_left()  # long memories without their passages
         drift = repair(self.store, self._index, self.namespace, self._fault)
         self._problems = self._open_problems()
         return drift

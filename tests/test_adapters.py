@@ -597,7 +597,7 @@ def test_refusals_change_nothing(hybrid_store: StoreFactory, stores: Stores, tmp
     with pytest.raises(InvalidTypeError, match="JSON-serialisable"):
         store.batch([good, PutOp(("t",), "bad", {"when": object()})])
     with pytest.raises(InvalidContentError, match="write.max_content_chars"):
-        store.batch([good, PutOp(("t",), "big", {"text": "x" * 9000})])
+        store.batch([good, PutOp(("t",), "big", {"text": "x" * 1_000_001})])
     with pytest.raises(InvalidTypeError, match="a value must be a mapping"):
         store.batch([good, PutOp(("t",), "list", ["not", "a", "mapping"])])  # type: ignore[arg-type]
     with pytest.raises(NotImplementedError, match="TTL"):

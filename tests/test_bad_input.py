@@ -182,7 +182,7 @@ def test_bad_reference_is_refused(world: tuple[MemoryTree, SimpleNamespace], err
 BAD_CONTENT = [
     pytest.param("", id="empty"),
     pytest.param("   \n\t  ", id="whitespace"),
-    pytest.param("x" * 8001, id="oversized"),
+    pytest.param("x" * 1_000_001, id="oversized"),
     pytest.param("before\x00after", id="nul"),
     pytest.param(42, id="int"),
     pytest.param(None, id="None"),
@@ -194,7 +194,7 @@ BAD_CONTENT = [
 @pytest.mark.parametrize("site", ["add", "add_many", "update"])
 def test_bad_content_is_refused(world: tuple[MemoryTree, SimpleNamespace], site: str, content: object) -> None:
     mem, n = world
-    assert mem.config.write.max_content_chars == 8000  # "oversized" above is one character over
+    assert mem.config.write.max_content_chars == 1_000_000  # "oversized" above is one character over
     calls: dict[str, Callable[[], object]] = {
         "add": lambda: mem.add(content, type="fact", parent=n.trip),  # type: ignore[arg-type]
         "add_many": lambda: mem.add_many([
@@ -834,7 +834,7 @@ HOSTILE_CASES = [
     case("meta-nested-far-too-deep", InvalidTypeError,
          lambda m, n: m.update(n.hotel, meta={"d": _nested(100_000)})),
     case("meta-over-the-content-limit", InvalidContentError,
-         lambda m, n: m.add("short", type="fact", parent=n.trip, meta={"m": "z" * 8001})),
+         lambda m, n: m.add("short", type="fact", parent=n.trip, meta={"m": "z" * 1_000_001})),
     case("k-deeply-nested", InvalidInputError, lambda m, n: m.retrieve("hotel", k=_nested(1000))),
     case("now-deeply-nested", InvalidTypeError, lambda m, n: m.weight(n.hotel, now=_nested(1000))),
     case("erase-compact-not-bool", InvalidTypeError, lambda m, n: m.erase(n.billing, compact={})),  # type: ignore[arg-type]

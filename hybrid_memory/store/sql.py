@@ -186,6 +186,25 @@ term_counts = Table(
     sqlite_with_rowid=False,
 )
 
+# The passages of a long memory (hybrid_memory.passages): spans of its content, each
+# with its own vector, so that a detail deep in a long document is found by meaning
+# and shown alone. Derived from the content, like the vector index: only offsets and
+# vectors are kept (the text stays in the node row, sealed with it).
+passages = Table(
+    "hm_passages",
+    metadata,
+    Column("node_id", String(32), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("start", Integer, nullable=False),
+    Column("stop", Integer, nullable=False),
+    # The node's content hash when the passages were cut: a row of another is stale.
+    Column("content_hash", String(64), nullable=False),
+    Column("embedding", LargeBinary, nullable=False),
+    Index("hm_passages_ns", "namespace"),
+)
+
+
 def _change_table(name: str) -> Table:
     """A table of which nodes changed, in the order they changed (SQLite): one row
     per node, moved to a new position at each change (INSERT OR REPLACE), so it
@@ -1041,6 +1060,7 @@ class SqlStore:
     def delete_nodes(self, conn: Connection, ids: Sequence[str]) -> None:
         for chunk in _chunks(list(ids), 500):
             conn.execute(delete(nodes).where(nodes.c.id.in_(chunk)))
+            conn.execute(delete(passages).where(passages.c.node_id.in_(chunk)))
             self._drop_terms(conn, chunk)
 
     # -- the lexical index ------------------------------------------------------
