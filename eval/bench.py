@@ -53,9 +53,9 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import ROOT, MemoryTree  # noqa: E402
+from hybrid_memory.accel.lexicon import Lexicon  # noqa: E402
 from hybrid_memory.config import Config  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
-from hybrid_memory.lexicon import Lexicon  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
 
 from .generate import generate  # noqa: E402

@@ -130,6 +130,9 @@ class Recall:
     budget_tokens: int
     #: Nodes that scored well enough but did not fit the token budget.
     dropped: int = 0
+    #: (stage, note) of each stage the retrieval ran, in order: "query", "candidates",
+    #: "locate", "expand", "rank", "select" (a query-less recall: "select" alone).
+    stages: tuple[tuple[str, str], ...] = ()
 
     @property
     def ids(self) -> list[str]:
@@ -142,6 +145,8 @@ class Recall:
             lines.append(f"query: {self.query}")
         for b in self.branches:
             lines.append(f"branch {b.branch_id} score={b.score:.3f} hits={b.hits}  {b.title}")
+        for stage, note in self.stages:
+            lines.append(f"stage {stage}: {note}")
         lines.append(
             f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6} {'branch':>6}  node"
         )

@@ -1,4 +1,4 @@
-"""Stage-1 branch scoring arithmetic (retrieval._branch_scores), on hand-made scores.
+"""Stage-1 branch scoring arithmetic (retrieval.locate.branch_scores), on hand-made scores.
 
 The candidates carry made-up dense and lexical scores, so these tests check the
 arithmetic only; the behaviour with the real model is in test_retrieval.py.
@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import pytest
 
-from hybrid_memory.retrieval import _branch_scores, _idf, _idf_share, _rarity
+from hybrid_memory.retrieval.locate import branch_scores, family_rarity, idf_share
+from hybrid_memory.retrieval.query import term_idf
 
 MIX = 0.7  # dense share of the blend
 
@@ -49,7 +50,7 @@ LEXICAL = {"p_state": 0.55, "p_event": 0.55, "s_folio": 0.80, "q_state": 0.15}
 
 
 def scores(by_family: bool) -> dict[str, float]:
-    return {b: s for s, b, _ in _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, by_family)}
+    return {b: s for s, b, _ in branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, by_family)}
 
 
 def test_without_families_each_branch_scores_its_own_candidates() -> None:
@@ -75,14 +76,14 @@ def test_a_family_is_scored_as_one_and_its_branches_by_the_words_they_do_not_sha
 
 
 def test_order_is_best_first_and_counts_candidates() -> None:
-    ranked = _branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True)
+    ranked = branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True)
     assert [s for s, _, _ in ranked] == sorted((s for s, _, _ in ranked), reverse=True)
     assert {b: n for _, b, n in ranked} == {"P": 2, "S": 1, "Q": 1}
 
 
 def test_a_family_with_no_similarity_keeps_its_score() -> None:
     rows = {"a": Row("A", "A/a/"), "b": Row("B", "A/B/b/")}
-    ranked = _branch_scores(rows, [], {}, {}, MIX, True)
+    ranked = branch_scores(rows, [], {}, {}, MIX, True)
     assert {b: s for s, b, _ in ranked} == {"A": 0.0, "B": 0.0}
 
 
@@ -93,10 +94,10 @@ def test_inside_a_family_the_dense_share_shrinks_by_family_dense() -> None:
     dense = {"p": 0.80, "s": 0.60}
     postings = [("3187", "p", 1), ("3187", "s", 1), ("folio", "s", 1)]
     lexical = {"p": 0.5, "s": 0.7}
-    local = _idf_share(postings, 2)  # inside the family: "3187" in both (idf ~0), "folio" in S alone
+    local = idf_share(postings, 2)  # inside the family: "3187" in both (idf ~0), "folio" in S alone
     ratio = {}
     for mix in (1.0, 0.5):
-        got = {b: s for s, b, _ in _branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=mix)}
+        got = {b: s for s, b, _ in branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=mix)}
         share = MIX * mix
         p = share * 0.80 + (1 - share) * local.get("p", 0.0)
         s = share * 0.60 + (1 - share) * local["s"]
@@ -120,21 +121,21 @@ def test_inside_a_family_a_word_common_in_the_whole_memory_weighs_less() -> None
     rarity = {"4009": 6.0, "need": 0.4, "offer": 3.0}  # idf in the whole memory
 
     def located(scale: dict[str, float] | None) -> str:
-        return _branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=0.5, rarity=scale)[0][1]
+        return branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=0.5, rarity=scale)[0][1]
 
-    plain = _idf_share(postings, 3)
+    plain = idf_share(postings, 3)
     assert plain["p_state"] == pytest.approx(plain["s_offer"])  # alike in the sample
     assert located(None) == "P"
-    weighed = _idf_share(postings, 3, rarity)
+    weighed = idf_share(postings, 3, rarity)
     assert weighed["s_offer"] > weighed["p_state"]
     # The factor is a weight, not a score: the shares still sum the held terms' part.
-    total = sum(_idf(3, n) * rarity[t] for t, n in (("4009", 3), ("need", 1), ("offer", 1)))
-    assert weighed["s_offer"] == pytest.approx((_idf(3, 3) * 6.0 + _idf(3, 1) * 3.0) / total)
+    total = sum(term_idf(3, n) * rarity[t] for t, n in (("4009", 3), ("need", 1), ("offer", 1)))
+    assert weighed["s_offer"] == pytest.approx((term_idf(3, 3) * 6.0 + term_idf(3, 1) * 3.0) / total)
     assert located(rarity) == "S"
     # A family's own score, and a one-branch family, do not move.
     alone = {"p_state": rows["p_state"], "p_event": rows["p_event"]}
-    assert _branch_scores(alone, postings, dense, lexical, MIX, True, rarity=rarity) == \
-        _branch_scores(alone, postings, dense, lexical, MIX, True)
+    assert branch_scores(alone, postings, dense, lexical, MIX, True, rarity=rarity) == \
+        branch_scores(alone, postings, dense, lexical, MIX, True)
 
 
 def test_idf_shares_do_not_depend_on_the_order_postings_come_in() -> None:
@@ -145,7 +146,7 @@ def test_idf_shares_do_not_depend_on_the_order_postings_come_in() -> None:
     shares = set()
     for order in itertools.permutations(held):
         postings = [(t, f"n{i}", 1) for t in order for i in range(held[t])]
-        shares.add(_idf_share(postings, 50)["n0"])
+        shares.add(idf_share(postings, 50)["n0"])
     assert len(shares) == 1
     assert shares.pop() == pytest.approx(1.0)  # n0 holds all four words
 
@@ -154,14 +155,14 @@ def test_the_rarity_factor_leaves_chinese_terms_alone() -> None:
     """family_rarity: a word's factor is its memory-wide idf to the power; a CJK term
     (a character pair such as "艳的", across a word boundary) keeps factor 1."""
     idf = {"offer": 3.0, "need": 0.5, "4009": 6.0, "艳的": 5.6, "签证": 2.0}
-    assert _rarity(idf, 0.0) is None
-    assert _rarity(idf, 1.0) == {"offer": 3.0, "need": 0.5, "4009": 6.0}
-    assert _rarity(idf, 2.0) == pytest.approx({"offer": 9.0, "need": 0.25, "4009": 36.0})
+    assert family_rarity(idf, 0.0) is None
+    assert family_rarity(idf, 1.0) == {"offer": 3.0, "need": 0.5, "4009": 6.0}
+    assert family_rarity(idf, 2.0) == pytest.approx({"offer": 9.0, "need": 0.25, "4009": 36.0})
     # Shares over a family: the CJK pair weighs as it did without the factor.
     postings = [("艳的", "a", 1), ("签证", "b", 1), ("offer", "b", 1)]
-    plain, weighed = _idf_share(postings, 2), _idf_share(postings, 2, _rarity(idf, 1.0))
+    plain, weighed = idf_share(postings, 2), idf_share(postings, 2, family_rarity(idf, 1.0))
     assert plain["a"] == pytest.approx(1 / 3) and weighed["a"] == pytest.approx(1 / 5)  # offer now weighs 3
     only_cjk = [("艳的", "a", 1), ("签证", "b", 1)]
-    assert _idf_share(only_cjk, 2, _rarity(idf, 1.0)) == _idf_share(only_cjk, 2)
+    assert idf_share(only_cjk, 2, family_rarity(idf, 1.0)) == idf_share(only_cjk, 2)
 
 

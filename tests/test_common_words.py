@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree
-from hybrid_memory.retrieval import _QueryWords
+from hybrid_memory.retrieval.query import QueryWords
 from hybrid_memory.text import terms
 
 # "ticket" / "工单" is in every memory of the first task; the other words are rare.
@@ -44,9 +44,9 @@ def _fill(mem: MemoryTree) -> None:
             mem.add(content, type=kind, parent=task)
 
 
-def _words(mem: MemoryTree, query: str, common: int) -> _QueryWords:
+def _words(mem: MemoryTree, query: str, common: int) -> QueryWords:
     with mem.store.reading() as conn:
-        w = _QueryWords(mem.store, conn, mem.namespace, list(dict.fromkeys(terms(query))), common)
+        w = QueryWords(mem.store, conn, mem.namespace, list(dict.fromkeys(terms(query))), common)
         before = dict(w.lexical)
         w.complete(n.id for n in mem.nodes())
     w.before = before  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> N
     the store listed them (ranking arithmetic only: the order is given)."""
     import itertools
 
-    from hybrid_memory.retrieval import _top
+    from hybrid_memory.retrieval.query import top_scores
 
     scores = {"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.5, "e": 0.1}
     keys = {"a": (0.0, "x"), "b": (1.0, "h2"), "c": (3.0, "h1"), "d": (3.0, "h0"), "e": (9.0, "z")}
@@ -178,10 +178,10 @@ def test_a_tie_across_the_cut_goes_to_the_newer_memory_in_any_store_order() -> N
         return {i: keys[i] for i in ids}
 
     for listing in itertools.permutations(scores):
-        assert _top({k: scores[k] for k in listing}, 3, order) == [("a", 0.9), ("d", 0.5), ("c", 0.5)]
+        assert top_scores({k: scores[k] for k in listing}, 3, order) == [("a", 0.9), ("d", 0.5), ("c", 0.5)]
     assert all(a == ["b", "c", "d"] for a in asked)  # only the tied block is looked up
-    assert _top(scores, 1, lambda ids: pytest.fail("no tie across the cut: nothing to look up")) == [("a", 0.9)]
-    whole = _top(scores, 4, lambda ids: pytest.fail("the whole tie fits: nothing to look up"))
+    assert top_scores(scores, 1, lambda ids: pytest.fail("no tie across the cut: nothing to look up")) == [("a", 0.9)]
+    whole = top_scores(scores, 4, lambda ids: pytest.fail("the whole tie fits: nothing to look up"))
     assert sorted(whole) == [("a", 0.9), ("b", 0.5), ("c", 0.5), ("d", 0.5)]
 
 

@@ -1,4 +1,4 @@
-"""The in-process vector graphs (``retrieval.in_memory_vectors``, hybrid_memory.store.graph).
+"""The in-process vector graphs (``retrieval.in_memory_vectors``, hybrid_memory.accel.graph).
 
 An embedded :class:`ChromaIndex` keeps a namespace's vectors in an HNSW graph in
 the process, built on a thread from the namespace's second query on, and answers
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree
-from hybrid_memory.store.graph import Graph, remove_saved
+from hybrid_memory.accel.graph import Graph, remove_saved
 from hybrid_memory.store.vectors import GRAPH_FOLDER, ChromaIndex, collection_name
 
 NS = "t"
@@ -357,7 +357,7 @@ def test_too_many_writes_before_the_first_query_build_the_graph_afresh(
         tmp_path: Path, vectors: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Writes made before a handle's copy starts are kept to replay on the saved copy,
     up to a point; past it the saved copy is removed and a new one is built."""
-    from hybrid_memory.store import graph as graph_module
+    from hybrid_memory.accel import graph as graph_module
 
     monkeypatch.setattr(graph_module, "_EARLY_MAX", 2)
     matrix = np.stack(list(vectors.values()))

@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import select
 
 from hybrid_memory import ROOT, MemoryTree, text
-from hybrid_memory import lexicon as lexicon_module
-from hybrid_memory.lexicon import Lexicon
+from hybrid_memory.accel import lexicon as lexicon_module
+from hybrid_memory.accel.lexicon import Lexicon
 from hybrid_memory.store.sql import nodes, terms
 
 ABSENT = ["nonexistentword", "不存在的词"]
@@ -222,7 +222,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
     tied memories that can be among the newest (their creation times kept with their
     tie keys), and the cut is the store's, ties in time included; a changed memory's
     time is read again."""
-    from hybrid_memory.retrieval import _QueryWords
+    from hybrid_memory.retrieval.query import QueryWords
 
     mem = open_memory(dedup={"enabled": False})
     term = text.terms(word)[0]  # (the stem of "deadline")
@@ -237,7 +237,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
         with mem.store.reading() as conn:
             if isinstance(index, Lexicon):
                 index.sync(conn)
-            words = _QueryWords(mem.store, conn, mem.namespace, [term], 0, None, index)
+            words = QueryWords(mem.store, conn, mem.namespace, [term], 0, None, index)
             return words.top(7, lambda ids: index.tie_keys(conn, ids))
 
     expected = top(mem.store)

@@ -80,7 +80,7 @@ def test_answers_after_restarts_equal_an_uninterrupted_run(lang: str, seed: int)
 
 
 def test_dense_cut_ignores_how_the_index_ordered_a_tie() -> None:
-    from hybrid_memory.retrieval import _dense_cut
+    from hybrid_memory.retrieval.candidates import dense_cut
 
     q = np.zeros(4, dtype=np.float32)
     q[0] = 1.0
@@ -95,7 +95,7 @@ def test_dense_cut_ignores_how_the_index_ordered_a_tie() -> None:
     score = {i: float(np.dot(vecs[i], q)) for i in vecs}
     # The window (5 asked) ends inside the tie: whichever of b..e the index returned, none is kept.
     for picked in (["a", "b", "c", "d", "e"], ["a", "e", "d", "c", "b"], ["a", "c", "e", "b", "d"]):
-        assert [i for i, _ in _dense_cut([(i, score[i]) for i in picked], rows, q, 3, 5)] == ["a"]
+        assert [i for i, _ in dense_cut([(i, score[i]) for i in picked], rows, q, 3, 5)] == ["a"]
     # Everything returned: the tie is cut newest first, in any order the index gave.
     for order in (list(vecs), list(reversed(vecs))):
-        assert [i for i, _ in _dense_cut([(i, score[i]) for i in order], rows, q, 3, 8)] == ["a", "e", "d"]
+        assert [i for i, _ in dense_cut([(i, score[i]) for i in order], rows, q, 3, 8)] == ["a", "e", "d"]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, text
-from hybrid_memory.retrieval import _QueryWords, branch_factor
+from hybrid_memory.retrieval import branch_factor
+from hybrid_memory.retrieval.query import QueryWords
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
 # "the needed memory is returned" means it ranked among the best few, not that the
@@ -335,6 +336,31 @@ def test_chinese_progress_query_returns_the_expense_branch_with_its_latest_state
             assert s.node.branch_id == ids["exp"], named(recall, ids)
 
 
+STAGES = ["query", "candidates", "locate", "expand", "rank", "select"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_recall_notes_each_stage_in_order_and_explain_prints_them(open_memory, clock, lang):
+    mem = open_memory()
+    ids = build(mem, clock, EN if lang == "en" else ZH)
+    query = "Where am I staying in Tokyo?" if lang == "en" else "报销的总额是多少钱？"
+    recall = mem.retrieve(query, k=K)
+    assert [stage for stage, _ in recall.stages] == STAGES
+    assert all(note for _, note in recall.stages)
+    notes = dict(recall.stages)
+    assert recall.branches[0].branch_id in notes["locate"]
+    assert notes["select"].startswith(f"tokens {recall.tokens}/{recall.budget_tokens},")
+    lines = recall.explain().splitlines()
+    printed = [line.split(":", 1)[0].removeprefix("stage ") for line in lines if line.startswith("stage ")]
+    assert printed == STAGES, named(recall, ids)
+    # Before the per-node table.
+    header = next(i for i, line in enumerate(lines) if line.startswith("reason"))
+    assert all(i < header for i, line in enumerate(lines) if line.startswith("stage "))
+    # Without a query there is only the selection to note.
+    mem.focus(ids["trv" if lang == "en" else "exp"])
+    assert [stage for stage, _ in mem.retrieve(k=K, reinforce=False).stages] == ["select"]
+
+
 def test_hits_of_one_branch_do_not_leak_other_branches_in_english(open_memory, clock):
     mem = open_memory(retrieval={"small_memory": False})  # four tasks: focus, not the small-memory spread
     ids = build(mem, clock, EN)
@@ -524,7 +550,7 @@ def test_a_question_finds_the_memory_that_wrote_its_word_in_another_form(open_me
         (stem,) = text.terms("reproduce")
         assert stem in words and stem in set(text.terms(gold.content)) and "reproduce" not in words
         with mem.store.reading() as conn:
-            words_read = _QueryWords(mem.store, conn, mem.namespace, [stem], 0)
+            words_read = QueryWords(mem.store, conn, mem.namespace, [stem], 0)
             assert set(words_read.lexical) == {gold.id}
             share = words_read.lexical[gold.id]
             words_read.complete([gold.id])
@@ -543,7 +569,7 @@ def test_memories_holding_two_forms_of_the_asked_word_count_once(open_memory, cl
     asked = list(dict.fromkeys(text.terms("bikes bike")))
     assert asked == ["bike"]
     with mem.store.reading() as conn:
-        words = _QueryWords(mem.store, conn, mem.namespace, asked, 0)
+        words = QueryWords(mem.store, conn, mem.namespace, asked, 0)
     assert words.known == ["bike"]
     assert words.df == {"bike": 3}
     assert words.idf["bike"] > 0

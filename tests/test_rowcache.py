@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from hybrid_memory import ROOT, Config, MemoryTree
+from hybrid_memory.accel.rowcache import RowCache
 from hybrid_memory.errors import ConfigError
-from hybrid_memory.rowcache import RowCache
 
 
 @pytest.fixture

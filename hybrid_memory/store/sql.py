@@ -222,12 +222,12 @@ def _change_table(name: str) -> Table:
 
 
 # Whose postings changed: an in-process copy of the lexical index
-# (hybrid_memory.lexicon) catches up by reading the nodes changed since its position
+# (hybrid_memory.accel.lexicon) catches up by reading the nodes changed since its position
 # instead of the whole index; an erased namespace leaves one row without a node id:
 # read it all again.
 terms_changed = _change_table("hm_terms_changed")
 # Whose rows changed or went: an in-process cache of the rows retrieval reads
-# (hybrid_memory.rowcache) drops the nodes changed since its position instead of
+# (hybrid_memory.accel.rowcache) drops the nodes changed since its position instead of
 # trusting a row it read earlier. Kept by triggers (_ROW_TRIGGERS), so that every
 # UPDATE or DELETE of a node row is noted, whatever code runs it; a new row needs no
 # note, as no cache can hold it yet.

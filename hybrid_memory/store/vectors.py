@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from ..accel.graph import Graphs
+from ..accel.graph import available as graphs_available
 from ..errors import InvalidInputError, StorageError
-from .graph import Graphs
-from .graph import available as graphs_available
 
 # HNSW search and build breadth of a new collection (Chroma's defaults: 100, 100).
 # Retrieval takes a few dozen candidates from the index; with a wider search a
@@ -114,7 +114,7 @@ class ChromaIndex:
 
     ``graphs`` (a folder only): keep each namespace's vectors in an HNSW graph in
     this process as well, built on a thread from the namespace's second query on, and
-    answer queries from it (see :mod:`hybrid_memory.store.graph`). Every write to a
+    answer queries from it (see :mod:`hybrid_memory.accel.graph`). Every write to a
     folder bumps its namespace's own generation too, so a copy knows when another
     process wrote.
     """

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from .store.sql import SqlStore
+from ..store.sql import SqlStore
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 _first, _second, _third = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)

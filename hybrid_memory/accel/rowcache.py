@@ -21,7 +21,7 @@ path or branch changed; a read counted or a new content leaves them).
 A view whose transaction does not see the position the cache stands at (a
 thread reading an older snapshot than another's) reads from the store and keeps
 nothing. Only SQLite stores keep the change table: on PostgreSQL, writers commit
-out of the order of their sequence numbers, as for :mod:`hybrid_memory.lexicon`.
+out of the order of their sequence numbers, as for :mod:`hybrid_memory.accel.lexicon`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from .model import Node, Status
-from .store.sql import SqlStore, node_from_row
+from ..model import Node, Status
+from ..store.sql import SqlStore, node_from_row
 
 #: Changes dropped one by one before the whole cache is dropped instead.
 _DROP_MAX = 4096

@@ -1,0 +1,198 @@
+"""Stage 1, locate: which task branch the query is about.
+
+The candidates are grouped by branch (or by family: one top-level task's tree)
+and each branch scored by its best candidate's similarity, a blend of the dense
+and the lexical scores, plus a little for breadth. Each candidate is read with
+its task path as context, and the branches of the agent's active family may be
+preferred (``retrieval.active_prior``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import text
+from ..accel.rowcache import RowView, StoreView
+from ..config import RetrievalConfig
+from ..model import path_ids, root_of
+from ..store.sql import from_blob
+from ..weights import blend
+from .candidates import Candidates
+from .query import Posting, QueryWords, term_idf
+
+# Branch score: the best hit, plus a little for breadth (a second and third hit).
+_BREADTH = (1.0, 0.15, 0.05)
+
+
+class Located(NamedTuple):
+    """Stage 1's answer: (score, branch id, candidates) of every branch holding a
+    candidate, best first."""
+
+    branches: list[tuple[float, str, int]]
+    note: str
+
+
+def locate(r: RetrievalConfig, view: RowView | StoreView, words: QueryWords, cands: Candidates,
+           qvec: np.ndarray[Any, Any], dense_mix: float, active_root: Callable[[], str | None] | None) -> Located:
+    """Stage 1 under the settings ``r``: :func:`branch_scores` of the candidates,
+    each read with its ancestors as context (``retrieval.context_weight``), the query
+    words' in-family factors taken from their idf in the whole memory; then the
+    branches of the active family preferred, when there is an ``active_root`` (the
+    top-level task of the session's active node, read when asked)."""
+    postings = words.held(cands.rows)
+    # Stage 1 reads each candidate with its task path as context.
+    near, held_words = (_in_context(view, words, cands.rows, cands.dense, qvec, r.context_weight)
+                        if r.context_weight > 0 else (cands.dense, words.lexical))
+    scored = branch_scores(cands.rows, postings, near, held_words, dense_mix, r.by_family,
+                           family_dense=r.family_dense, rarity=family_rarity(words.idf, r.family_rarity))
+    prior = "off" if r.active_prior <= 0 else "without a session" if active_root is None else ""
+    if r.active_prior > 0 and active_root is not None:
+        root = active_root()
+        scored = _prefer_active(scored, cands.rows, root, r.active_prior)
+        applied = root is not None and any(root_of(row.path) == root for row in cands.rows.values())
+        prior = "applied" if applied else "not applied"
+    context = f"context {r.context_weight:g}" if r.context_weight > 0 else "context off"
+    if not scored:
+        return Located(scored, f"no branch holds a candidate; {context}, active prior {prior}")
+    return Located(scored, f"located {scored[0][1]} score={scored[0][0]:.3f}, branches scored {len(scored)}; "
+                           f"{context}, active prior {prior}")
+
+
+def branch_scores(
+    cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
+    lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
+    family_dense: float = 1.0, rarity: Mapping[str, float] | None = None,
+) -> list[tuple[float, str, int]]:
+    """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
+    first. A branch scores its best candidate's similarity plus a little for breadth.
+
+    ``by_family``: a task and its subtasks (a family: one top-level task's tree) name
+    the same ticket or person, so the family is scored as one, over all its
+    candidates, and its branches are then told apart by the words they do not share:
+    within the family those shared words weigh almost nothing (idf counted among the
+    family's candidates), and the question's other words ("panel", "refund") decide
+    which branch comes first, with the dense share of the blend multiplied by
+    ``family_dense``: the embeddings of one family's memories are close to each other
+    and to the question because of what they share. Each branch gets the family's
+    score times its share of the best branch of the family.
+
+    ``rarity``: what each query word's in-family idf is multiplied by (its idf in the
+    whole memory, to the power ``retrieval.family_rarity``; a word not listed: 1):
+    the family's candidates are a small sample, in which a word common everywhere
+    ("need", "trip") can look as rare as the word that tells a subtask from its
+    parent. None: no factor.
+
+    """
+    groups: dict[str, dict[str, Any]] = defaultdict(dict)
+    for i, row in cand_rows.items():
+        groups[root_of(row.path) if by_family else row.branch_id][i] = row
+    held: dict[str, list[Posting]] | None = None  # a candidate's postings (read for a family of branches)
+    out: list[tuple[float, str, int]] = []
+    for members in groups.values():
+        score = _branch_score([blend(dense.get(i, 0.0), lexical.get(i, 0.0), dense_mix) for i in members])
+        first = next(iter(members.values())).branch_id
+        if all(row.branch_id == first for row in members.values()):
+            out.append((score, first, len(members)))
+            continue
+        count = Counter(row.branch_id for row in members.values())
+        if held is None:
+            held = defaultdict(list)
+            for p in postings:
+                if p[1] in cand_rows:
+                    held[p[1]].append(p)
+        local = idf_share([p for i in members for p in held[i]], len(members), rarity)
+        sims: dict[str, list[float]] = defaultdict(list)
+        for i, row in members.items():
+            sims[row.branch_id].append(blend(dense.get(i, 0.0), local.get(i, 0.0), dense_mix * family_dense))
+        inner = {b: _branch_score(v) for b, v in sims.items()}
+        top = max(inner.values())
+        out += [(score * inner[b] / top if top > 0 else score, b, n) for b, n in count.items()]
+    return sorted(out, reverse=True)
+
+
+def _in_context(view: RowView | StoreView, words: QueryWords, cand_rows: Mapping[str, Any],
+                dense: Mapping[str, float], qvec: np.ndarray[Any, Any],
+                weight: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Each candidate's (dense, lexical) scores read with its ancestors (the tasks
+    above it) as context, ``weight`` saying how much the context counts against the
+    node's own text. Dense: the query's cosine with the unit sum of the node's vector
+    and ``weight`` times its ancestors' (their unit sum): what embedding the titles
+    with the content would give, computed from the stored vectors, so a renamed or
+    moved task is the context of its memories at once. Lexical: a query word counts
+    in full where the node holds it and ``weight`` of it where only an ancestor does
+    (fields, as BM25F weighs them). "Moved to Thursday" is then found through the
+    trip it belongs to."""
+    ancestors = {a for row in cand_rows.values() for a in path_ids(row.path)[:-1]}
+    arows = view.rows(sorted(ancestors), live_only=True)
+    words.complete(arows)
+    own: dict[str, set[str]] = defaultdict(set)
+    for term, node_id, _ in words.held([*cand_rows, *arows]):
+        own[node_id].add(term)
+    vectors = {a: from_blob(row.embedding) for a, row in arows.items() if row.embedding}
+    near: dict[str, float] = {}
+    held: dict[str, float] = {}
+    for i, row in cand_rows.items():
+        above = [a for a in path_ids(row.path)[:-1] if a in arows]
+        d = dense.get(i, 0.0)
+        near[i], held[i] = d, words.lexical.get(i, 0.0)
+        if not above:
+            continue
+        inherited = set().union(*(own[a] for a in above)) - own[i]
+        held[i] += weight * words.share(inherited)
+        stacked = [vectors[a] for a in above if a in vectors]
+        if stacked and row.embedding:
+            t = np.sum(stacked, axis=0)
+            t /= max(float(np.linalg.norm(t)), 1e-12)
+            c = from_blob(row.embedding)
+            norm = math.sqrt(max(1.0 + weight * weight + 2.0 * weight * float(np.dot(c, t)), 1e-12))
+            near[i] = (d + weight * float(np.dot(qvec, t))) / norm
+    return near, held
+
+
+def _prefer_active(scored: list[tuple[float, str, int]], cand_rows: Mapping[str, Any], root: str | None,
+                   prior: float) -> list[tuple[float, str, int]]:
+    """Stage 1's branches with those of the active family (the tree of the active
+    node's top-level task) scored ``1 + prior`` times higher, best first: an agent
+    is asked most often about what it is working on, and a question that reads
+    clearly closer to another task still goes there."""
+    if root is None:
+        return scored
+    family = {row.branch_id for row in cand_rows.values() if root_of(row.path) == root}
+    if not family:
+        return scored
+    return sorted(((s * (1.0 + prior) if b in family else s, b, n) for s, b, n in scored), reverse=True)
+
+
+def family_rarity(idf: Mapping[str, float], power: float) -> dict[str, float] | None:
+    """The in-family factor of each query word (``retrieval.family_rarity``): its idf
+    in the whole memory to ``power``; None when no word gets a factor. A CJK term is
+    a character pair, often one across a word boundary ("高艳的" gives "艳的"): its
+    rarity in the memory is the pair's, not a word's, so it is left out (factor 1)."""
+    out = {t: v**power for t, v in idf.items() if not text.is_cjk(t)} if power else {}
+    return out or None
+
+
+def _branch_score(sims: Sequence[float]) -> float:
+    """The best similarity, plus a little for breadth (a second and third)."""
+    return sum(w * s for w, s in zip(_BREADTH, sorted(sims, reverse=True), strict=False))
+
+
+def idf_share(postings: Sequence[Posting], n_docs: int, scale: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Per node: the idf mass of the query terms it holds over the idf mass of all
+    the query terms the postings hold (each term's idf multiplied by ``scale``'s
+    factor for it, when given)."""
+    df = Counter(term for term, _, _ in postings)
+    idf = {t: term_idf(n_docs, n) * (scale.get(t, 1.0) if scale is not None else 1.0) for t, n in df.items()}
+    # Exact sums (fsum): the same shares whatever order the postings come in.
+    total = math.fsum(idf.values())
+    if total <= 0.0:  # every term held weighs nothing (a factor of 0)
+        return defaultdict(float)
+    held: dict[str, list[float]] = defaultdict(list)
+    for term, node_id, _ in postings:
+        held[node_id].append(idf[term])
+    return defaultdict(float, {node_id: math.fsum(v) / total for node_id, v in held.items()})

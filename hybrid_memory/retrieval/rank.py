@@ -1,0 +1,155 @@
+"""Rank: score every memory in question and pick the k hits and the standing ones.
+
+Each memory scores ``lambda*similarity + (1-lambda)*weight(now)``, times what its
+branch pays for falling behind the located one (:func:`branch_factor`). The k best
+are the hits, each opened branch first reserving a few places when several are
+open; the high-weight state, preferences and decisions of the opened branches
+stand beside them, the query aside.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from ..config import RetrievalConfig
+from ..forgetting import superseded_states
+from ..model import Node, NodeType
+from ..weights import blend
+from .expand import Expanded, Opened
+
+
+@dataclass(slots=True)
+class Scored:
+    node: Node
+    similarity: float = 0.0
+    dense: float = 0.0
+    lexical: float = 0.0
+    weight: float = 0.0
+    score: float = 0.0
+    branch_score: float = 0.0
+    branch_factor: float = 1.0
+
+
+class _Ranked(Protocol):
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def score(self) -> float: ...
+
+
+def rank_key(s: _Ranked) -> tuple[float, float, str]:
+    """The sort key of retrieved memories, largest best: by score; ties go to the
+    newer memory, then by content, never by id (random), so the same memories
+    always give the same answer, in any copy."""
+    return (s.score, s.node.created_at, s.node.content)
+
+
+def branch_factor(branch_score: float, best: float, branch_weight: float) -> float:
+    """What a node's score is multiplied by for its branch: 1 in the located (best)
+    branch, less the further its branch's score falls behind."""
+    if best <= 0.0:
+        return 1.0
+    return 1.0 - branch_weight * (1.0 - min(branch_score / best, 1.0))
+
+
+class Picks(NamedTuple):
+    """What ranking chose: each pick with its reason ("hit" or "standing"), in the
+    order the budget takes them."""
+
+    picked: list[tuple[Scored, str]]
+    #: Every memory scored, by id.
+    scored: dict[str, Scored]
+    note: str
+
+
+def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], opened: Opened,
+         lexical: Mapping[str, float], dense_mix: float, weigh: Callable[[Node], float], k: int) -> Picks:
+    """Score what ``grown`` holds (``lexical``: each candidate's share of the query's
+    words, ``dense_mix``: the dense share of the similarity, ``weigh``: a node's
+    weight now) and pick the k hits and the standing memories of the opened branches."""
+    scored, peers = _score(r, grown, cand_rows, opened, lexical, dense_mix, weigh)
+    # Who may be one of the k: not a branch's own task node (it is the context
+    # of every hit below it, rendered as their ancestor) unless it stands alone;
+    # a node of an unopened branch only as a match nearly as strong as the best
+    # of the opened ones (within branch_ratio of it).
+    branch_score, ids = opened.branch_score, opened.ids
+    top_sim = max((s.similarity for s in scored.values() if s.node.branch_id in branch_score), default=0.0)
+    with_members = {s.node.branch_id for s in scored.values() if s.node.id != s.node.branch_id}
+    pool = [s for s in scored.values() if s.similarity >= r.min_similarity
+            and not (s.node.type is NodeType.TASK and s.node.id in with_members)
+            and (s.node.branch_id in ids or s.node.id in peers
+                 or s.similarity >= opened.ratio * top_sim)]
+    # The k best-scored memories, and the standing ones of the opened branches
+    # besides; their ancestors come with them as context.
+    groups: dict[str, list[Scored]] = {b: [] for b in branch_score}
+    for s in pool:
+        if s.node.branch_id in groups:
+            groups[s.node.branch_id].append(s)
+    reserved, rest = _pick(r, pool, list(groups.values()) if not opened.spread else [], k,
+                           r.quota_similarity * top_sim)
+    hits = reserved + rest
+    standing = _standing(r, [s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
+    # The budget takes the picks in this order: each opened branch's reserved
+    # places first, then the rest by score.
+    picked = [(s, "hit") for s in reserved] + sorted(
+        [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
+    note = (f"hits {len(hits)} (reserved by branch quotas {len(reserved)}), standing {len(standing)}, "
+            f"pool {len(pool)}")
+    return Picks(picked, scored, note)
+
+
+def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], opened: Opened,
+           lexical: Mapping[str, float], dense_mix: float,
+           weigh: Callable[[Node], float]) -> tuple[dict[str, Scored], set[str]]:
+    """Every entry scored, by id, and the peers (see below)."""
+    # A node of an unopened branch that holds the query's informative words as
+    # fully as the best node of the opened branches is about the same thing
+    # (the same subject, written down in another session): it pays nothing
+    # for its branch.
+    branch_score = opened.branch_score
+    top_lex = max((lexical.get(n.id, 0.0) for n in grown.nodes), default=0.0)
+    peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score and r.lexical_peer > 0
+             and lexical.get(i, 0.0) >= max(r.lexical_peer * top_lex, 1e-9)}
+    scored: dict[str, Scored] = {}
+    lam, opened_weight = r.lambda_, (r.spread_weight if opened.spread else r.branch_weight)
+    for node, dense, lex in grown.entries:
+        b = node.branch_id
+        similarity, w, bs = blend(dense, lex, dense_mix), weigh(node), opened.every_branch[b]
+        # Opened branches pay branch_weight (spread_weight for a spreading
+        # question) of their shortfall, other branches outside_weight, peers nothing.
+        bw = opened_weight if b in branch_score else \
+            0.0 if node.id in peers or b in opened.family else r.outside_weight
+        bf = branch_factor(bs, opened.best, bw)
+        scored[node.id] = Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
+                                 bs, bf)
+    return scored, peers
+
+
+def _pick(r: RetrievalConfig, pool: Sequence[Scored], groups: Sequence[Sequence[Scored]], k: int,
+          floor: float) -> tuple[list[Scored], list[Scored]]:
+    """The k hits, as (reserved, rest), each best first. When more than one branch
+    is open, each (in the order located) first reserves its best ``branch_quota``
+    nodes whose similarity reaches ``floor``: a question that opened two sessions
+    gets an answer from each, not ten from the stronger one. The rest of the k go
+    by score."""
+    quota = r.branch_quota if len(groups) > 1 else 0
+    reserved: dict[str, Scored] = {}
+    for group in groups if quota else ():
+        for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=rank_key):
+            if len(reserved) < k:
+                reserved[s.node.id] = s
+    rest = heapq.nlargest(k - len(reserved), (s for s in pool if s.node.id not in reserved), key=rank_key)
+    return sorted(reserved.values(), key=rank_key, reverse=True), rest
+
+
+def _standing(r: RetrievalConfig, scored: Iterable[Scored], taken: set[str]) -> list[Scored]:
+    """The branch's high-weight state, preferences and decisions, the query aside.
+    Of ``state`` nodes only the latest per branch stands: it supersedes the rest."""
+    pool = [s for s in scored if s.node.type.value in r.standing_types and s.weight >= r.standing_min_weight]
+    gone = superseded_states([s.node for s in pool]) | taken
+    return heapq.nlargest(r.standing_max, (s for s in pool if s.node.id not in gone),
+                          key=lambda s: (s.weight, s.node.created_at, s.node.content))
