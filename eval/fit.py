@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--values", required=True, help="comma-separated TOML values; the first is the reference")
     p.add_argument("--sources", default=",".join(s.name for s in suite.SOURCES), help="comma-separated sources")
     p.add_argument("--jobs", type=int, default=2, help="sources run at once")
+    p.add_argument("--cache", type=Path, default=Path("eval-out/cache"), help="embedding cache folder")
     p.add_argument("--generate", type=int, default=10000, metavar="NODES", help="nodes of each generated trace")
     p.add_argument("--tolerance", type=float, default=0.01, help="the largest drop allowed (default 0.01)")
     p.add_argument("--out", type=Path, required=True, help="output folder (a folder per value)")
@@ -92,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not done.is_file():
             folder.mkdir(parents=True, exist_ok=True)
             status = suite.main(["--config", str(_config(args.setting, value, folder)), "--sources", args.sources,
-                                 "--jobs", str(args.jobs), "--generate", str(args.generate), "--out", str(folder)])
+                                 "--jobs", str(args.jobs), "--generate", str(args.generate), "--out", str(folder),
+                                 "--cache", str(args.cache)])
             if status == 2:
                 return 2
         sources = json.loads(done.read_text(encoding="utf-8"))["sources"]

@@ -33,7 +33,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from tqdm import tqdm  # noqa: E402
 
-from hybrid_memory import Config  # noqa: E402
+from hybrid_memory import Config, passages  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
 from hybrid_memory.errors import HybridMemoryError  # noqa: E402
 
@@ -344,9 +344,12 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     if options.cache is not None:
         cache = options.cache / (re.sub(r"[^A-Za-z0-9_.-]+", "_", vectors.name).strip("_") + ".npz")
         vectors.load(cache)
-    with tqdm(total=len(set(prepared.texts)), desc="embedding", unit="text", disable=not options.progress,
+    # The passages of long contents are embedded when written: warmed (and kept) too.
+    texts = [*prepared.texts, *(c[a:b] for c in set(prepared.texts)
+                                for a, b in passages.cut(c, config.write.passage_tokens))]
+    with tqdm(total=len(set(texts)), desc="embedding", unit="text", disable=not options.progress,
               leave=False, file=sys.stderr) as bar:
-        vectors.warm(prepared.texts, bar.update)
+        vectors.warm(texts, bar.update)
     if cache is not None:
         vectors.save(cache)
     if options.keep is not None:

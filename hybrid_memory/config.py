@@ -90,7 +90,6 @@ class RetrievalConfig:
     family_rarity: float
     family_open: int
     active_prior: float
-    context_weight: float
     spread_branches: int
     branch_quota: int
     quota_similarity: float
@@ -312,8 +311,6 @@ def _validate(c: Config) -> None:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
     if c.write.passage_tokens < 16:
         raise ConfigError("write.passage_tokens must be >= 16")
-    if not 0.0 <= r.context_weight <= 1.0:
-        raise ConfigError("retrieval.context_weight must be from 0 to 1 (0: off)")
     if not 0.0 <= r.active_prior <= 10.0:
         raise ConfigError("retrieval.active_prior must be from 0 to 10 (0: off)")
     if r.family_open < 0:

@@ -6,9 +6,12 @@ tokens, each ending at a sentence's end where one falls in the second half of it
 window. Each passage gets a vector of its own: an embedder reads only the first
 few hundred tokens of a text, so the node's own vector knows nothing of the rest.
 
-Retrieval scores a long memory by its best passage (the dense channel) and shows
-that passage alone in the context, so one long document costs a passage of the
-token budget, not all of it. The passages are derived data, like the vector index:
+Retrieval finds and ranks a long memory as any other (its own vector, all of its
+words) and shows only the passage whose vector and words answer the query best,
+so one long document costs a passage of the token budget, not all of it. (Scored
+by its best passage, a memory of many passages had as many draws, and long
+memories that did not answer outranked short ones that did: eval/CHANGES.md.)
+The passages are derived data, like the vector index:
 their rows hold offsets and vectors only, and are cut again whenever the content
 they were cut from (its hash) is not the node's any more.
 """

@@ -75,7 +75,7 @@ def test_a_detail_deep_in_a_long_memory_is_found_and_shown_by_its_passage(open_m
     assert DETAIL[lang] in doc[start:stop]
     assert DETAIL[lang] in recall.context
     assert recall.tokens <= 400 < text.count_tokens(doc)
-    # The whole memory's own vector knows only its beginning: its best passage is closer.
+    # The stored passages are the cut of what the memory holds now.
     with mem.store.reading() as conn:
         held = passages.read(conn, mem.store.get_many(conn, [node_id]))[node_id]
     assert held.spans == tuple(passages.cut(doc, mem.config.write.passage_tokens))

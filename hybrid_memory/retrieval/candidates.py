@@ -3,8 +3,8 @@
 The lexical channel proposes the memories holding most of the query's
 informative words (:mod:`.query`); the vector index proposes the nearest
 embeddings, cut here as what is stored decides (:func:`dense_cut`). Every
-candidate then gets its dense score from its stored embedding, a long memory
-the score of its closest passage.
+candidate then gets its dense score from its stored embedding; the passages of
+the long ones are read for :mod:`.select` to show the one that answers.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Candidates(NamedTuple):
 
     #: Node id -> its row, by id.
     rows: dict[str, Any]
-    #: Node id -> its dense score (a long memory's: its closest passage's).
+    #: Node id -> its dense score (from its own stored embedding).
     dense: dict[str, float]
     #: The passages of the long ones.
     held: dict[str, Passages]
@@ -99,8 +99,9 @@ def gather(view: RowView | StoreView, conn: Connection, words: QueryWords, found
     for node_id, row in cand_rows.items():
         if node_id not in dense_hits:
             dense_hits[node_id] = float(np.dot(from_blob(row.embedding), qvec)) if row.embedding else 0.0
-    # A long memory is as close as its closest passage.
+    # A long memory is scored by its own vector, not by its closest passage: a
+    # memory of many passages would get as many draws, and long memories that do
+    # not answer outranked short ones that do (eval/CHANGES.md, "long memories by
+    # passage"). Its passages choose what is shown of it.
     held = long_passages(conn, cand_rows, size)
-    for node_id, p in held.items():
-        dense_hits[node_id] = max(dense_hits[node_id], float(np.max(p.vectors @ qvec)))
     return Candidates(cand_rows, dense_hits, held, note)

@@ -100,8 +100,9 @@ class Expanded(NamedTuple):
 def expand(view: RowView | StoreView, conn: Connection, words: QueryWords, cands: Candidates, opened: Opened,
            qvec: np.ndarray[Any, Any], size: int) -> Expanded:
     """Read the opened branches' nodes and score each: dense from its stored
-    embedding (a long memory's closest passage of over ``size`` tokens), lexical by
-    BM25 inside its branch; the candidates of other branches keep stage 1's scores."""
+    embedding, lexical by BM25 inside its branch; the candidates of other branches
+    keep stage 1's scores. The passages of the long ones (over ``size`` tokens) are
+    read for :mod:`.select`."""
     rows = view.branch_rows([*opened.branch_score, *opened.family])
     branch_nodes = [view.node(row) for row in rows]
     words.complete({n.id: None for n in branch_nodes})
@@ -110,8 +111,7 @@ def expand(view: RowView | StoreView, conn: Connection, words: QueryWords, cands
     matrix = np.stack([from_blob(row.embedding) if row.embedding else zero for row in rows]) if rows \
         else np.zeros((0, len(qvec)))
     held = {**cands.held, **long_passages(conn, {row.id: row for row in rows if row.id not in cands.held}, size)}
-    branch_dense = [max(float(d), float(np.max(held[row.id].vectors @ qvec))) if row.id in held else float(d)
-                    for row, d in zip(rows, matrix @ qvec, strict=True)]
+    branch_dense = [float(d) for d in matrix @ qvec]
     # The opened branches, every node, with lexical scores counted inside each
     # branch; and the strongest stage-1 candidates of the other branches, so a
     # question whose answer spans branches still reaches it. A node pays for

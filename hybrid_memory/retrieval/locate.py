@@ -14,13 +14,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from .. import text
-from ..accel.rowcache import RowView, StoreView
 from ..config import RetrievalConfig
-from ..model import path_ids, root_of
-from ..store.sql import from_blob
+from ..model import root_of
 from ..weights import blend
 from .candidates import Candidates
 from .query import Posting, QueryWords, term_idf
@@ -37,18 +33,14 @@ class Located(NamedTuple):
     note: str
 
 
-def locate(r: RetrievalConfig, view: RowView | StoreView, words: QueryWords, cands: Candidates,
-           qvec: np.ndarray[Any, Any], dense_mix: float, active_root: Callable[[], str | None] | None) -> Located:
+def locate(r: RetrievalConfig, words: QueryWords, cands: Candidates, dense_mix: float,
+           active_root: Callable[[], str | None] | None) -> Located:
     """Stage 1 under the settings ``r``: :func:`branch_scores` of the candidates,
-    each read with its ancestors as context (``retrieval.context_weight``), the query
-    words' in-family factors taken from their idf in the whole memory; then the
+    the query words' in-family factors taken from their idf in the whole memory; then the
     branches of the active family preferred, when there is an ``active_root`` (the
     top-level task of the session's active node, read when asked)."""
     postings = words.held(cands.rows)
-    # Stage 1 reads each candidate with its task path as context.
-    near, held_words = (_in_context(view, words, cands.rows, cands.dense, qvec, r.context_weight)
-                        if r.context_weight > 0 else (cands.dense, words.lexical))
-    scored = branch_scores(cands.rows, postings, near, held_words, dense_mix, r.by_family,
+    scored = branch_scores(cands.rows, postings, cands.dense, words.lexical, dense_mix, r.by_family,
                            family_dense=r.family_dense, rarity=family_rarity(words.idf, r.family_rarity))
     prior = "off" if r.active_prior <= 0 else "without a session" if active_root is None else ""
     if r.active_prior > 0 and active_root is not None:
@@ -56,11 +48,10 @@ def locate(r: RetrievalConfig, view: RowView | StoreView, words: QueryWords, can
         scored = _prefer_active(scored, cands.rows, root, r.active_prior)
         applied = root is not None and any(root_of(row.path) == root for row in cands.rows.values())
         prior = "applied" if applied else "not applied"
-    context = f"context {r.context_weight:g}" if r.context_weight > 0 else "context off"
     if not scored:
-        return Located(scored, f"no branch holds a candidate; {context}, active prior {prior}")
+        return Located(scored, f"no branch holds a candidate; active prior {prior}")
     return Located(scored, f"located {scored[0][1]} score={scored[0][0]:.3f}, branches scored {len(scored)}; "
-                           f"{context}, active prior {prior}")
+                           f"active prior {prior}")
 
 
 def branch_scores(
@@ -113,45 +104,6 @@ def branch_scores(
         top = max(inner.values())
         out += [(score * inner[b] / top if top > 0 else score, b, n) for b, n in count.items()]
     return sorted(out, reverse=True)
-
-
-def _in_context(view: RowView | StoreView, words: QueryWords, cand_rows: Mapping[str, Any],
-                dense: Mapping[str, float], qvec: np.ndarray[Any, Any],
-                weight: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Each candidate's (dense, lexical) scores read with its ancestors (the tasks
-    above it) as context, ``weight`` saying how much the context counts against the
-    node's own text. Dense: the query's cosine with the unit sum of the node's vector
-    and ``weight`` times its ancestors' (their unit sum): what embedding the titles
-    with the content would give, computed from the stored vectors, so a renamed or
-    moved task is the context of its memories at once. Lexical: a query word counts
-    in full where the node holds it and ``weight`` of it where only an ancestor does
-    (fields, as BM25F weighs them). "Moved to Thursday" is then found through the
-    trip it belongs to."""
-    ancestors = {a for row in cand_rows.values() for a in path_ids(row.path)[:-1]}
-    arows = view.rows(sorted(ancestors), live_only=True)
-    words.complete(arows)
-    own: dict[str, set[str]] = defaultdict(set)
-    for term, node_id, _ in words.held([*cand_rows, *arows]):
-        own[node_id].add(term)
-    vectors = {a: from_blob(row.embedding) for a, row in arows.items() if row.embedding}
-    near: dict[str, float] = {}
-    held: dict[str, float] = {}
-    for i, row in cand_rows.items():
-        above = [a for a in path_ids(row.path)[:-1] if a in arows]
-        d = dense.get(i, 0.0)
-        near[i], held[i] = d, words.lexical.get(i, 0.0)
-        if not above:
-            continue
-        inherited = set().union(*(own[a] for a in above)) - own[i]
-        held[i] += weight * words.share(inherited)
-        stacked = [vectors[a] for a in above if a in vectors]
-        if stacked and row.embedding:
-            t = np.sum(stacked, axis=0)
-            t /= max(float(np.linalg.norm(t)), 1e-12)
-            c = from_blob(row.embedding)
-            norm = math.sqrt(max(1.0 + weight * weight + 2.0 * weight * float(np.dot(c, t)), 1e-12))
-            near[i] = (d + weight * float(np.dot(qvec, t))) / norm
-    return near, held
 
 
 def _prefer_active(scored: list[tuple[float, str, int]], cand_rows: Mapping[str, Any], root: str | None,

@@ -114,7 +114,7 @@ class Retriever:
             cands = gather(view, conn, words, said.found, fetched, qvec, r.candidates, size)
             stages.append(("candidates", cands.note))
             active = None if self.session is None else functools.partial(self._active_root, conn, view)
-            located = locate(r, view, words, cands, qvec, dense_mix, active)
+            located = locate(r, words, cands, dense_mix, active)
             stages.append(("locate", located.note))
             if not located.branches:
                 return Recall(query, (), "", 0, (), budget, stages=tuple(stages))
