@@ -142,6 +142,9 @@ nodes = Table(
     # Dedup: the live memories of one type in one branch (SQLite's planner, without
     # statistics, would otherwise seek hm_nodes_kind and read every node of the type).
     Index("hm_nodes_group", "namespace", "branch_id", "type", "status"),
+    # The long memories (hybrid_memory.passages): an open looks for those without
+    # their passages, a seek past write.passage_tokens instead of a scan (80 ms at 100k).
+    Index("hm_nodes_long", "namespace", "tokens"),
 )
 # SQLite: a forget pass reads the same few columns of every live node, off this index
 # alone rather than the rows, which hold the content and the embedding (at a million
@@ -158,7 +161,7 @@ FORGET_INDEX = Index(
     nodes.c.namespace,  # (the column itself too, or SQLite reads each row for it)
 ).ddl_if(dialect="sqlite")
 #: Indexes added after the first stores were made: created on open where missing.
-_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group", "hm_nodes_forget")
+_LATER_INDEXES = ("hm_nodes_twin", "hm_nodes_kind", "hm_nodes_group", "hm_nodes_forget", "hm_nodes_long")
 
 terms = Table(
     "hm_terms",
