@@ -156,11 +156,11 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
 
         # Retrieval: the first pass embeds each question, the second reads its vector
         # from the cache; the bare Chroma query takes the same vector.
-        # A handle builds its in-memory lexical index (retrieval.in_memory_lexicon) on a
+        # A handle builds its in-memory lexical index (accel.in_memory_lexicon) on a
         # thread from its second query on: built before the clock starts, and its build
         # timed on its own (what the handle's first queries share the cores with).
         first_query = time.perf_counter()
-        if asked and config.retrieval.in_memory_lexicon and mem.store.is_sqlite:
+        if asked and config.accel.in_memory_lexicon and mem.store.is_sqlite:
             for q in asked[:2]:
                 mem.retrieve(q["text"], k=K, reinforce=False)
             mem._retriever.wait_for_lexicon()
@@ -168,7 +168,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
             with mem.store.reading() as conn:
                 _, out["lexicon_build_ms"] = timed(partial(lexicon.sync, conn))
             del lexicon  # (a second copy: not one the resident memory below should count)
-        # So is the in-process vector graph (retrieval.in_memory_vectors), started by the
+        # So is the in-process vector graph (accel.in_memory_vectors), started by the
         # handle's first query: timed from that query until it answers (beside the
         # lexicon's build, on the same two cores).
         wait_for_graph = getattr(mem.index, "wait_for_graph", None)

@@ -27,6 +27,21 @@ T = TypeVar("T")
 #: The values of ``[embedding] backend``.
 EMBEDDING_BACKENDS = ("auto", "torch", "onnx")
 
+_FIXED = "is no longer a setting (fixed; see eval/CHANGES.md)"
+#: Keys that were settings once, and what a file or an override naming one is told.
+RETIRED = {
+    "retrieval": {
+        **{key: f"retrieval.{key} moved to accel.{key}"
+           for key in ("common_postings", "in_memory_lexicon", "in_memory_vectors", "row_cache")},
+        "branch_by": "retrieval.branch_by moved to write.branch_by",
+        **{key: f"retrieval.{key} {_FIXED}"
+           for key in ("outside_weight", "lexical_peer", "family_dense", "branch_quota", "quota_similarity",
+                       "spread_ratio", "spread_weight", "standing_types", "standing_min_weight")},
+        "by_family": "retrieval.by_family is no longer a setting (always on; see eval/CHANGES.md)",
+        "small_memory": "retrieval.small_memory: set retrieval.spread_branches = 0 to turn spreading off",
+    },
+}
+
 
 @dataclass(frozen=True)
 class WeightConfig:
@@ -56,6 +71,7 @@ class WriteConfig:
     index_batch: int
     overlap_embedding: bool
     passage_tokens: int
+    branch_by: str
 
 
 @dataclass(frozen=True)
@@ -74,34 +90,29 @@ class RetrievalConfig:
     k: int
     budget_tokens: int
     candidates: int
+    family_rarity: float
+    family_open: int
+    active_prior: float
     branches: int
     branch_ratio: float
     branch_weight: float
-    outside_weight: float
-    lexical_peer: float
+    spread_branches: int
+    lambda_: float
+    rank_reads: bool
+    dense_share: float
+    min_similarity: float
+    standing_max: int
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """Settings that only make retrieval faster: the store alone gives the same
+    answers (``common_postings`` aside, which bounds the cost of a common word)."""
+
     common_postings: int
     in_memory_lexicon: bool
     in_memory_vectors: bool
     row_cache: int
-    small_memory: bool
-    rank_reads: bool
-    by_family: bool
-    family_dense: float
-    family_rarity: float
-    family_open: int
-    active_prior: float
-    spread_branches: int
-    branch_quota: int
-    quota_similarity: float
-    spread_ratio: float
-    spread_weight: float
-    branch_by: str
-    lambda_: float
-    dense_share: float
-    min_similarity: float
-    standing_types: tuple[str, ...]
-    standing_min_weight: float
-    standing_max: int
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,7 @@ class Config:
     write: WriteConfig
     dedup: DedupConfig
     retrieval: RetrievalConfig
+    accel: AccelConfig
     forgetting: ForgettingConfig
     usage: UsageConfig
     embedding: EmbeddingConfig
@@ -160,9 +172,9 @@ class Config:
         """
         data = _read_toml(default_config_path())
         if path is not None:
-            data = _merge(data, _read_toml(Path(path)))
+            data = _merge(data, _retired(_read_toml(Path(path))))
         if overrides:
-            data = _merge(data, dict(overrides))
+            data = _merge(data, _retired(dict(overrides)))
         config = _build(cls, data, "")
         _validate(config)
         return config
@@ -190,13 +202,25 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read configuration file {path}: {exc}") from None
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def _retired(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data``, unless it names a key that is no longer where it was: then the
+    ConfigError that says where it went."""
+    for section, keys in RETIRED.items():
+        table = data.get(section)
+        if isinstance(table, Mapping):
+            for key in table:
+                if key in keys:
+                    raise ConfigError(keys[key])
+    return data
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
         if key not in out:
-            raise ConfigError(f"unknown configuration key: {key}")
+            raise ConfigError(f"unknown configuration key: {where}{key}")
         if isinstance(out[key], dict) and isinstance(value, Mapping):
-            out[key] = _merge(out[key], value)
+            out[key] = _merge(out[key], value, f"{where}{key}.")
         else:
             out[key] = value
     return out
@@ -241,10 +265,6 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{name} must be a string")
         return value
-    if hint == tuple[str, ...]:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{name} must be a list of strings")
-        return tuple(value)
     if hint == Mapping[str, float]:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{name} must be a table")
@@ -291,20 +311,13 @@ def _validate(c: Config) -> None:
     for value, name in (
         (r.branch_ratio, "branch_ratio"),
         (r.branch_weight, "branch_weight"),
-        (r.outside_weight, "outside_weight"),
-        (r.lexical_peer, "lexical_peer"),
-        (r.quota_similarity, "quota_similarity"),
-        (r.spread_ratio, "spread_ratio"),
-        (r.spread_weight, "spread_weight"),
         (r.lambda_, "lambda"),
         (r.dense_share, "dense_share"),
         (r.min_similarity, "min_similarity"),
-        (r.standing_min_weight, "standing_min_weight"),
-        (r.family_dense, "family_dense"),
     ):
         unit(value, f"retrieval.{name}")
-    if r.branch_by not in ("nearest_task", "top_task"):
-        raise ConfigError("retrieval.branch_by must be 'nearest_task' or 'top_task'")
+    if c.write.branch_by not in ("nearest_task", "top_task"):
+        raise ConfigError("write.branch_by must be 'nearest_task' or 'top_task'")
     if c.write.index_batch < 1:
         raise ConfigError("write.index_batch must be >= 1")
     if c.write.max_depth < 1 or c.write.max_children < 1:
@@ -317,14 +330,16 @@ def _validate(c: Config) -> None:
         raise ConfigError("retrieval.family_open must be >= 0 (0: open none)")
     if not 0.0 <= r.family_rarity <= 4.0:
         raise ConfigError("retrieval.family_rarity must be from 0 to 4 (0: off)")
-    if r.common_postings < 0:
-        raise ConfigError("retrieval.common_postings must be >= 0 (0: no limit)")
-    if r.row_cache < 0:
-        raise ConfigError("retrieval.row_cache must be >= 0 (0: no cache)")
-    if min(r.k, r.budget_tokens, r.candidates, r.branches, r.spread_branches) < 1 or r.standing_max < 0 or r.branch_quota < 0:
-        raise ConfigError("retrieval.k, budget_tokens, candidates, branches and spread_branches must be >= 1")
-    if not set(r.standing_types) <= types:
-        raise ConfigError(f"retrieval.standing_types names unknown types: {r.standing_types}")
+    if min(r.k, r.budget_tokens, r.candidates, r.branches) < 1:
+        raise ConfigError("retrieval.k, budget_tokens, candidates and branches must be >= 1")
+    if r.spread_branches < 0:
+        raise ConfigError("retrieval.spread_branches must be >= 0 (0: off)")
+    if r.standing_max < 0:
+        raise ConfigError("retrieval.standing_max must be >= 0 (0: none)")
+    if c.accel.common_postings < 0:
+        raise ConfigError("accel.common_postings must be >= 0 (0: no limit)")
+    if c.accel.row_cache < 0:
+        raise ConfigError("accel.row_cache must be >= 0 (0: no cache)")
     unit(c.forgetting.threshold, "forgetting.threshold")
     if c.forgetting.max_nodes < 0:
         raise ConfigError("forgetting.max_nodes must be >= 0")

@@ -696,7 +696,7 @@ def time_travel(mem: MemoryTree, *, seq: int | None = None, as_of: float | None 
             raise StorageError(f"cannot compute the state at #{target}: log entries {shown} are unreadable")
         erased = erased_ids(state)
         now = mem._clock()
-        mode = mem.config.retrieval.branch_by
+        mode = mem.config.write.branch_by
         travel_state(state, erased, now, mode)
         need = [i for i, n in state.nodes.items() if i not in rows or rows[i].content != n["content"]]
         blobs: dict[str, bytes] = {}
@@ -1036,7 +1036,7 @@ def _write_snapshot(
             for n in snap.nodes
         ]
         # Branch heads as this memory groups them (the file may come from another branch_by).
-        mode = mem.config.retrieval.branch_by
+        mode = mem.config.write.branch_by
         heads = [r["branch_id"] for r in rows]
         _regroup(State(nodes={r["id"]: r for r in rows}), mode)
         regrouped = any(r["branch_id"] != h for r, h in zip(rows, heads, strict=True))

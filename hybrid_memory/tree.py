@@ -330,7 +330,7 @@ class MemoryTree:
             store = SqlStore(f"sqlite:///{(folder / 'memory.db').resolve()}", keyring=ring)
         if index is None:
             assert folder is not None
-            index = ChromaIndex(folder / "chroma", graphs=config.retrieval.in_memory_vectors)
+            index = ChromaIndex(folder / "chroma", graphs=config.accel.in_memory_vectors)
         if embedder is None:
             embedder = make_embedder(config.embedding)
         return cls(
@@ -704,7 +704,7 @@ class MemoryTree:
         if new_parent is None:
             raise InvalidInputError("move: give the new parent, or ROOT")
         now = self._clock()
-        mode = self.config.retrieval.branch_by
+        mode = self.config.write.branch_by
 
         def run(conn: Connection) -> Node:
             row = self._writer.row(conn, node, live=True, ancestors=True)
@@ -1250,7 +1250,7 @@ class MemoryTree:
 
     def _check_branch_mode(self) -> None:
         """Branch heads are stored; if the configured grouping changed, recompute them."""
-        mode = self.config.retrieval.branch_by
+        mode = self.config.write.branch_by
         key = f"branch_by:{self.namespace}"
 
         def run(conn: Connection) -> None:

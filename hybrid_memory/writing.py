@@ -210,7 +210,7 @@ class Writer:
                 path, depth = f"{parent_row['path']}{node_id}/", parent_row["depth"] + 1
                 pinfo = seen.branch_info(parent_row)
             self._check_limits(conn, fanout, None if parent_row is None else parent_row["id"], depth)
-            branch = branch_info_for(node_id, p.type, pinfo, cfg.retrieval.branch_by)[0]
+            branch = branch_info_for(node_id, p.type, pinfo, cfg.write.branch_by)[0]
             row = dict(
                 id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
                 type=p.type.value, content=p.content, meta=to_json(p.meta), importance=p.importance,

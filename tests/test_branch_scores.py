@@ -49,20 +49,12 @@ POSTINGS = [
 LEXICAL = {"p_state": 0.55, "p_event": 0.55, "s_folio": 0.80, "q_state": 0.15}
 
 
-def scores(by_family: bool) -> dict[str, float]:
-    return {b: s for s, b, _ in branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, by_family)}
-
-
-def test_without_families_each_branch_scores_its_own_candidates() -> None:
-    got = scores(False)
-    assert got["P"] == pytest.approx(blend(0.75, 0.55) + 0.15 * blend(0.70, 0.55))
-    assert got["S"] == pytest.approx(blend(0.62, 0.80))
-    assert got["Q"] == pytest.approx(blend(0.74, 0.15))
-    assert got["P"] > got["S"]  # the parent's status lines win
+def scores() -> dict[str, float]:
+    return {b: s for s, b, _ in branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX)}
 
 
 def test_a_family_is_scored_as_one_and_its_branches_by_the_words_they_do_not_share() -> None:
-    got = scores(True)
+    got = scores()
     # The family's score: all its candidates together, on the global blend.
     best, second, third = sorted([blend(0.75, 0.55), blend(0.70, 0.55), blend(0.62, 0.80)], reverse=True)
     family = best + 0.15 * second + 0.05 * third
@@ -76,14 +68,14 @@ def test_a_family_is_scored_as_one_and_its_branches_by_the_words_they_do_not_sha
 
 
 def test_order_is_best_first_and_counts_candidates() -> None:
-    ranked = branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX, True)
+    ranked = branch_scores(ROWS, POSTINGS, DENSE, LEXICAL, MIX)
     assert [s for s, _, _ in ranked] == sorted((s for s, _, _ in ranked), reverse=True)
     assert {b: n for _, b, n in ranked} == {"P": 2, "S": 1, "Q": 1}
 
 
 def test_a_family_with_no_similarity_keeps_its_score() -> None:
     rows = {"a": Row("A", "A/a/"), "b": Row("B", "A/B/b/")}
-    ranked = branch_scores(rows, [], {}, {}, MIX, True)
+    ranked = branch_scores(rows, [], {}, {}, MIX)
     assert {b: s for s, b, _ in ranked} == {"A": 0.0, "B": 0.0}
 
 
@@ -97,7 +89,7 @@ def test_inside_a_family_the_dense_share_shrinks_by_family_dense() -> None:
     local = idf_share(postings, 2)  # inside the family: "3187" in both (idf ~0), "folio" in S alone
     ratio = {}
     for mix in (1.0, 0.5):
-        got = {b: s for s, b, _ in branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=mix)}
+        got = {b: s for s, b, _ in branch_scores(rows, postings, dense, lexical, MIX, family_dense=mix)}
         share = MIX * mix
         p = share * 0.80 + (1 - share) * local.get("p", 0.0)
         s = share * 0.60 + (1 - share) * local["s"]
@@ -121,7 +113,7 @@ def test_inside_a_family_a_word_common_in_the_whole_memory_weighs_less() -> None
     rarity = {"4009": 6.0, "need": 0.4, "offer": 3.0}  # idf in the whole memory
 
     def located(scale: dict[str, float] | None) -> str:
-        return branch_scores(rows, postings, dense, lexical, MIX, True, family_dense=0.5, rarity=scale)[0][1]
+        return branch_scores(rows, postings, dense, lexical, MIX, family_dense=0.5, rarity=scale)[0][1]
 
     plain = idf_share(postings, 3)
     assert plain["p_state"] == pytest.approx(plain["s_offer"])  # alike in the sample
@@ -134,8 +126,8 @@ def test_inside_a_family_a_word_common_in_the_whole_memory_weighs_less() -> None
     assert located(rarity) == "S"
     # A family's own score, and a one-branch family, do not move.
     alone = {"p_state": rows["p_state"], "p_event": rows["p_event"]}
-    assert branch_scores(alone, postings, dense, lexical, MIX, True, rarity=rarity) == \
-        branch_scores(alone, postings, dense, lexical, MIX, True)
+    assert branch_scores(alone, postings, dense, lexical, MIX, rarity=rarity) == \
+        branch_scores(alone, postings, dense, lexical, MIX)
 
 
 def test_idf_shares_do_not_depend_on_the_order_postings_come_in() -> None:

@@ -1,4 +1,4 @@
-"""retrieval.common_postings: a query word held by many memories is counted, not
+"""accel.common_postings: a query word held by many memories is counted, not
 listed; it still weighs in every score it is part of, but cannot make a memory a
 lexical candidate on its own. With the limit off, retrieval is what it always was."""
 
@@ -74,7 +74,7 @@ def test_a_common_word_is_counted_not_listed(open_memory: Any, query: str) -> No
 def test_with_the_limit_above_every_word_retrieval_is_unchanged(open_memory: Any, tmp_path: Any) -> None:
     answers = []
     for common in (0, 2, 1000):
-        mem = open_memory(folder=tmp_path / f"m{common}", retrieval={"common_postings": common})
+        mem = open_memory(folder=tmp_path / f"m{common}", accel={"common_postings": common})
         _fill(mem)
         recall = mem.retrieve("Which ticket note says the paper jam was reproduced?", reinforce=False)
         # (sorted: the memories share one clock time, so tree order among siblings is by random id)
@@ -87,7 +87,7 @@ def test_a_negative_limit_is_refused(open_memory: Any) -> None:
     from hybrid_memory.errors import ConfigError
 
     with pytest.raises(ConfigError, match="common_postings"):
-        open_memory(retrieval={"common_postings": -1})
+        open_memory(accel={"common_postings": -1})
 
 
 def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: Any, tmp_path: Any) -> None:

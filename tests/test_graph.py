@@ -1,4 +1,4 @@
-"""The in-process vector graphs (``retrieval.in_memory_vectors``, hybrid_memory.accel.graph).
+"""The in-process vector graphs (``accel.in_memory_vectors``, hybrid_memory.accel.graph).
 
 An embedded :class:`ChromaIndex` keeps a namespace's vectors in an HNSW graph in
 the process, built on a thread from the namespace's second query on, and answers
@@ -289,7 +289,7 @@ def test_retrieval_answers_the_same_with_the_graph(open_memory: Any, tmp_path: P
     queries; the graph followed every write, and the next handle loads it."""
     with_graph = open_memory(folder=tmp_path / "graph", dedup={"enabled": False})
     plain = open_memory(folder=tmp_path / "plain", dedup={"enabled": False},
-                        retrieval={"in_memory_vectors": False})
+                        accel={"in_memory_vectors": False})
     if lang == "zh":
         tasks = ["报销单 EXP-31：上海出差的酒店发票", "工单 TKT-90：打印机无法连接", "代码变更：上传超时重试"]
         notes = ["酒店发票金额是八百元", "打印机驱动已经重装", "重试间隔改为两秒", "财务要求补充出租车发票",

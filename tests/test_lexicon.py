@@ -1,4 +1,4 @@
-"""The lexical index kept in memory (``retrieval.in_memory_lexicon``).
+"""The lexical index kept in memory (``accel.in_memory_lexicon``).
 
 A :class:`Lexicon` answers stage 1's questions of the lexical index (document
 frequencies, which nodes hold the rarer words, the postings of given nodes, tie
@@ -164,7 +164,7 @@ def test_retrieval_answers_the_same_with_the_copy(open_memory: Any, tmp_path: Pa
     # (no active-task prior: the two handles are two sessions, each with its own focus)
     kept = open_memory(folder=folder, dedup={"enabled": False}, retrieval={"active_prior": 0.0})
     plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
-                        retrieval={"in_memory_lexicon": False, "active_prior": 0.0})
+                        accel={"in_memory_lexicon": False}, retrieval={"active_prior": 0.0})
     if lang == "zh":
         tasks = ["报销单 EXP-31：上海出差的酒店发票", "工单 TKT-90：打印机无法连接", "代码变更：上传超时重试"]
         notes = ["酒店发票金额是八百元", "打印机驱动已经重装", "重试间隔改为两秒", "财务要求补充出租车发票"]

@@ -387,7 +387,7 @@ def test_import_regroups_branches_by_the_importing_memorys_setting(open_memory, 
     assert src.get(fact).branch_id == inner.id
     file = tmp_path / "snap.jsonl"
     src.export(file, include_log=include_log)
-    dst = open_memory(folder=tmp_path / "dst", retrieval={"branch_by": "top_task"})
+    dst = open_memory(folder=tmp_path / "dst", write={"branch_by": "top_task"})
     dst.import_(file)
     assert dst.get(fact).branch_id == outer.id and dst.get(inner).branch_id == outer.id
     assert ops_of(dst)[-1].op == "branch_mode"
@@ -498,7 +498,7 @@ def random_walk(open_memory, clock, folder: Path, seed: int, steps: int) -> Memo
             elif r < 0.92 and not regrouped:
                 regrouped = True
                 mem.close()
-                mem = open_memory(folder=folder, usage={"flush_every": 3}, retrieval={"branch_by": "top_task"})
+                mem = open_memory(folder=folder, usage={"flush_every": 3}, write={"branch_by": "top_task"})
             elif r < 0.96:
                 seqs = [o.seq for o in ops_of(mem)]
                 mem.restore(seq=rng.choice(seqs[: max(1, len(seqs) - 2)]))
@@ -527,7 +527,7 @@ def test_replaying_the_log_gives_exactly_the_live_tree(open_memory, clock, tmp_p
     assert at.seq == n and not [s for s in at.skipped if s[1] == "unreadable"]
     mem.restore(seq=n)
     expected = at.copy()
-    P.travel_state(expected, P.erased_ids(at), clock.now, mem.config.retrieval.branch_by)
+    P.travel_state(expected, P.erased_ids(at), clock.now, mem.config.write.branch_by)
     assert_same(expected, P.live_state(mem), "restore vs replay")
     assert_replays(mem)
     assert mem.index.ids("t") == live_ids(mem)

@@ -16,6 +16,12 @@ import pytest
 from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, text
 from hybrid_memory.retrieval import branch_factor
 from hybrid_memory.retrieval.query import QueryWords
+from hybrid_memory.retrieval.rank import (
+    OUTSIDE_WEIGHT,
+    SPREAD_WEIGHT,
+    STANDING_MIN_WEIGHT,
+    STANDING_TYPES,
+)
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
 # "the needed memory is returned" means it ranked among the best few, not that the
@@ -207,11 +213,12 @@ def preorder(nodes: Sequence[ScoredNode]) -> list[str]:
 
 def spreads(mem: MemoryTree, query: str) -> bool:
     """Whether retrieval gathers from several branches: a memory of no more branches
-    than retrieval.spread_branches."""
+    than retrieval.spread_branches (0: never)."""
     cfg = mem.config.retrieval
+    if cfg.spread_branches <= 0:
+        return False
     with mem.store.reading() as conn:
-        small = not mem.store.has_more_branches(conn, mem.namespace, cfg.spread_branches)
-    return cfg.small_memory and small
+        return not mem.store.has_more_branches(conn, mem.namespace, cfg.spread_branches)
 
 
 def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, now: float) -> None:
@@ -255,7 +262,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
             assert s.similarity >= cfg.min_similarity
             opened = {b.branch_id for b in recall.branches}
             spread = spreads(mem, recall.query or "")
-            bw = (cfg.spread_weight if spread else cfg.branch_weight) if s.node.branch_id in opened else cfg.outside_weight
+            bw = (SPREAD_WEIGHT if spread else cfg.branch_weight) if s.node.branch_id in opened else OUTSIDE_WEIGHT
             factor = branch_factor(s.branch_score, recall.branches[0].score, bw)
             if s.node.branch_id in opened:
                 assert s.branch_factor == pytest.approx(factor, abs=1e-9)
@@ -284,7 +291,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
     standing = [s for s in recall.nodes if s.reason == "standing"]
     assert len(standing) <= cfg.standing_max
     for s in standing:
-        assert s.node.type.value in cfg.standing_types and s.weight >= cfg.standing_min_weight
+        assert s.node.type in STANDING_TYPES and s.weight >= STANDING_MIN_WEIGHT
     # explain() accounts for every returned node.
     explained = recall.explain()
     for i in ids:
@@ -362,7 +369,7 @@ def test_a_recall_notes_each_stage_in_order_and_explain_prints_them(open_memory,
 
 
 def test_hits_of_one_branch_do_not_leak_other_branches_in_english(open_memory, clock):
-    mem = open_memory(retrieval={"small_memory": False})  # four tasks: focus, not the small-memory spread
+    mem = open_memory(retrieval={"spread_branches": 0})  # four tasks: focus, not the small-memory spread
     ids = build(mem, clock, EN)
     recall = mem.retrieve("Where am I staying in Tokyo?")
     assert recall.branches[0].branch_id == ids["trv"]
@@ -456,9 +463,9 @@ def test_a_small_memory_answers_from_every_session_that_holds_the_subject(open_m
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_large_memory_or_the_setting_off_locates_one_branch_first(open_memory, clock, lang):
     """The same question to a memory of more branches than spread_branches, or with
-    retrieval.small_memory off, is located and focused as usual."""
+    retrieval.spread_branches = 0 (off), is located and focused as usual."""
     query = SESSION_QUERY[lang]
-    off = open_memory(namespace="off", retrieval={"small_memory": False}, **NO_FLUSH)
+    off = open_memory(namespace="off", retrieval={"spread_branches": 0}, **NO_FLUSH)
     build(off, clock, SESSIONS[lang])
     assert not spreads(off, query)
     recall = off.retrieve(query, k=K)
@@ -742,7 +749,7 @@ def test_retrieve_without_query_returns_the_active_tasks_chain_and_top_k_by_weig
     recall = mem.retrieve(k=20, reinforce=False)
     expect(recall, anchor=ids["trv"], chain=[], active=ids["trv"], k=20)
     tops = [s.node for s in recall.nodes if s.reason == "top"]
-    if mem.config.retrieval.branch_by == "nearest_task":
+    if mem.config.write.branch_by == "nearest_task":
         assert any(n.branch_id == sub.id for n in tops)
         assert recall.branches[0].hits < len(tops)
 
@@ -804,7 +811,7 @@ def test_low_weight_preference_does_not_stand(open_memory, clock):
     faint = mem.add("The user mildly prefers paper forms.", type="preference", parent=ids["exp"],
                     importance=0.0, confidence=0.0, ts=clock.now - 90 * 86400)
     recall = mem.retrieve("How much money did I spend in Berlin?", k=1)
-    assert mem.weight(mem.get(faint), clock.now) < mem.config.retrieval.standing_min_weight
+    assert mem.weight(mem.get(faint), clock.now) < STANDING_MIN_WEIGHT
     assert faint.id not in recall.ids
 
 

@@ -1,4 +1,4 @@
-"""The node rows kept in memory between queries (``retrieval.row_cache``).
+"""The node rows kept in memory between queries (``accel.row_cache``).
 
 A :class:`RowCache` serves the rows retrieval read before; a trigger notes every
 UPDATE and DELETE of a node row, and a query drops the rows changed since the
@@ -61,7 +61,7 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
     kept = open_memory(folder=folder, dedup={"enabled": False}, usage={"flush_every": 1},
                        retrieval={"active_prior": 0.0})
     plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
-                        retrieval={"row_cache": 0, "active_prior": 0.0}, usage={"flush_every": 1})
+                        accel={"row_cache": 0}, retrieval={"active_prior": 0.0}, usage={"flush_every": 1})
     heads = [kept.add(x, type="task", parent=ROOT) for x in t["tasks"]]
     notes = []
     for i, note in enumerate(t["notes"]):
@@ -168,7 +168,7 @@ def test_a_node_handed_out_shares_nothing_with_the_cache(open_memory: Any, sqlit
 
 def test_the_setting_is_checked_and_postgresql_keeps_no_cache(stores: Any, open_memory: Any) -> None:
     with pytest.raises(ConfigError, match="row_cache"):
-        Config.load(overrides={"retrieval": {"row_cache": -1}})
+        Config.load(overrides={"accel": {"row_cache": -1}})
     mem = open_memory()
     if stores.is_sqlite:
         assert isinstance(mem._retriever.rows, RowCache)

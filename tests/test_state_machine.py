@@ -166,7 +166,7 @@ class MemoryTreeMachine(RuleBasedStateMachine):
     # -- plumbing -------------------------------------------------------------------
 
     def _config(self) -> Config:
-        return Config.load(overrides={"dedup": {"enabled": self.dedup}, "retrieval": {"branch_by": self.branch_by}})
+        return Config.load(overrides={"dedup": {"enabled": self.dedup}, "write": {"branch_by": self.branch_by}})
 
     def _open(self) -> MemoryTree:
         return MemoryTree.open(

@@ -166,7 +166,7 @@ def difference(before: View, after: View) -> str:
 
 
 def by_top_task(seen: View) -> View:
-    """``seen`` with every branch head recomputed as ``retrieval.branch_by = "top_task"``
+    """``seen`` with every branch head recomputed as ``write.branch_by = "top_task"``
     groups: the outermost task on the node's path (the root when there is none)."""
     nodes = {}
     for i, n in seen.nodes.items():
@@ -764,7 +764,7 @@ def test_tenants_never_see_or_touch_each_other(run: Run) -> None:
     exactly its live nodes; and the run made thousands of calls."""
     machine = type("Machine", (TenantMachine,), {"run": run})
     run_state_machine_as_test(machine, settings=SETTINGS)
-    top = Config.load(overrides={"retrieval": {"branch_by": "top_task"}})
+    top = Config.load(overrides={"write": {"branch_by": "top_task"}})
     for (folder, ns), (seen, _erased) in run.final.items():
         mem = run.stores.open(folder, namespace=ns, config=top, embedder=run.embedder, clock=Clock())
         try:
@@ -870,7 +870,7 @@ def test_an_import_refused_for_taken_ids_does_not_name_their_tenant(open_memory:
 
 def test_erasing_a_namespace_leaves_another_namespaces_settings(open_memory: Any, tmp_path: Path) -> None:
     """erase_namespace() of "a" leaves tenant "team:a" whole, its stored grouping
-    (``retrieval.branch_by``) included: reopened with another grouping, "team:a" is
+    (``write.branch_by``) included: reopened with another grouping, "team:a" is
     regrouped."""
     folder = tmp_path / "shared"
     team = open_memory(namespace="team:a", folder=folder)
@@ -884,5 +884,5 @@ def test_erasing_a_namespace_leaves_another_namespaces_settings(open_memory: Any
     assert a.erase_namespace() == 1
     assert view_of(team) == before
     team.close()
-    again = open_memory(namespace="team:a", folder=folder, retrieval={"branch_by": "top_task"})
+    again = open_memory(namespace="team:a", folder=folder, write={"branch_by": "top_task"})
     assert view_of(again) == by_top_task(before), "team:a was not regrouped: its branch_by setting is gone"

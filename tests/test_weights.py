@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from hybrid_memory import Config, ConfigError, InvalidWeightError, MemoryTree, NodeType
-from hybrid_memory.config import WeightConfig, default_config_path
+from hybrid_memory.config import RetrievalConfig, WeightConfig, default_config_path
 from hybrid_memory.weights import check_unit, recency, usage, weight, weight_array
 
 if sys.version_info >= (3, 11):
@@ -215,10 +217,10 @@ def test_user_toml_merges_over_defaults_and_overrides_over_it(tmp_path: Path, em
     user.write_text(
         "[weights]\nhalf_life_s = 3600.0\n\n"
         "[weights.importance_by_type]\nfact = 0.65\n\n"
-        "[retrieval]\nk = 4\nbranch_by = \"top_task\"\n"
+        "[write]\nbranch_by = \"top_task\"\n\n[retrieval]\nk = 4\n"
     )
     c = Config.load(user)
-    assert (c.weights.half_life_s, c.weights.importance_by_type["fact"], c.retrieval.k, c.retrieval.branch_by) == (
+    assert (c.weights.half_life_s, c.weights.importance_by_type["fact"], c.retrieval.k, c.write.branch_by) == (
         3600.0, 0.65, 4, "top_task")
     assert c.weights.importance_by_type["preference"] == base.weights.importance_by_type["preference"]
     assert c.retrieval.budget_tokens == base.retrieval.budget_tokens
@@ -240,6 +242,50 @@ def test_config_is_frozen() -> None:
 def test_bad_override_names_the_key() -> None:
     with pytest.raises(ConfigError, match="retrieval"):
         Config.load(overrides={"retrieval": {"k": "many"}})
+    with pytest.raises(ConfigError, match="unknown configuration key: retrieval.kk"):
+        Config.load(overrides={"retrieval": {"kk": 5}})
+
+
+def test_retrieval_keeps_at_most_fifteen_settings_and_none_names_a_word() -> None:
+    assert len(dataclasses.fields(RetrievalConfig)) <= 15
+    # Numbers and switches only: a list of words (of any language) to treat
+    # specially is not a retrieval setting.
+    hints = typing.get_type_hints(RetrievalConfig)
+    assert all(hints[f.name] in (int, float, bool) for f in dataclasses.fields(RetrievalConfig))
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("row_cache", 0, "retrieval.row_cache moved to accel.row_cache"),
+    ("common_postings", 10, "retrieval.common_postings moved to accel.common_postings"),
+    ("in_memory_lexicon", False, "retrieval.in_memory_lexicon moved to accel.in_memory_lexicon"),
+    ("in_memory_vectors", False, "retrieval.in_memory_vectors moved to accel.in_memory_vectors"),
+    ("branch_by", "top_task", "retrieval.branch_by moved to write.branch_by"),
+    ("outside_weight", 1.0, r"retrieval.outside_weight is no longer a setting \(fixed; see eval/CHANGES.md\)"),
+    ("lexical_peer", 1.0, r"retrieval.lexical_peer is no longer a setting \(fixed"),
+    ("family_dense", 0.5, r"retrieval.family_dense is no longer a setting \(fixed"),
+    ("branch_quota", 2, r"retrieval.branch_quota is no longer a setting \(fixed"),
+    ("quota_similarity", 0.5, r"retrieval.quota_similarity is no longer a setting \(fixed"),
+    ("spread_ratio", 0.5, r"retrieval.spread_ratio is no longer a setting \(fixed"),
+    ("spread_weight", 0.2, r"retrieval.spread_weight is no longer a setting \(fixed"),
+    ("standing_types", ["state"], r"retrieval.standing_types is no longer a setting \(fixed"),
+    ("standing_min_weight", 0.55, r"retrieval.standing_min_weight is no longer a setting \(fixed"),
+    ("by_family", True, r"retrieval.by_family is no longer a setting \(always on"),
+    ("small_memory", False, "retrieval.small_memory: set retrieval.spread_branches = 0 to turn spreading off"),
+])
+def test_an_old_key_says_where_it_went(tmp_path: Path, key: str, value: Any, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Config.load(overrides={"retrieval": {key: value}})
+    old = tmp_path / "old.toml"
+    old.write_text(f"[retrieval]\nk = 4\n{key} = {json.dumps(value)}\n")
+    with pytest.raises(ConfigError, match=says):
+        Config.load(old)
+
+
+def test_moved_keys_are_read_where_they_went() -> None:
+    c = Config.load(overrides={"accel": {"row_cache": 0, "in_memory_lexicon": False},
+                               "write": {"branch_by": "top_task"}, "retrieval": {"spread_branches": 0}})
+    assert (c.accel.row_cache, c.accel.in_memory_lexicon, c.write.branch_by, c.retrieval.spread_branches) == (
+        0, False, "top_task", 0)
 
 
 # -- the weights of a live memory ------------------------------------------------------------------

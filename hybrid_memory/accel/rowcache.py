@@ -4,7 +4,7 @@ A query at 100k memories reads some two hundred node rows, each with its embeddi
 its candidates, the nodes of the branches it opens and their ancestors. Most of
 them were read by the queries before it (an agent asks about the task it works
 on), and reading them again cost more than a tenth of the query. A
-:class:`RowCache` keeps the rows last read (at most ``retrieval.row_cache``, the
+:class:`RowCache` keeps the rows last read (at most ``accel.row_cache``, the
 least recently used going first), with the :class:`~hybrid_memory.model.Node`
 made of each, and the lists queries read to open a branch: the live nodes of each
 branch and the branches of each family.

@@ -26,6 +26,9 @@ from .candidates import Candidates, long_passages
 from .query import Posting, QueryWords, term_idf
 
 _BM25_K1, _BM25_B = 1.2, 0.75
+#: A question spreading over a small memory opens the branches scoring at least this
+#: share of the best (``retrieval.branch_ratio`` otherwise); see eval/CHANGES.md.
+SPREAD_RATIO = 0.5
 
 
 class Opened(NamedTuple):
@@ -59,7 +62,7 @@ def open_branches(r: RetrievalConfig, view: RowView | StoreView, located: list[t
     ``branches`` (``spread``: at least ``retrieval.spread_branches``), and the located
     branch's family."""
     best = located[0][0]
-    n_open, ratio = (max(branches, r.spread_branches), r.spread_ratio) if spread else (branches, r.branch_ratio)
+    n_open, ratio = (max(branches, r.spread_branches), SPREAD_RATIO) if spread else (branches, r.branch_ratio)
     chosen = [sb for sb in located[:n_open] if sb[0] >= ratio * best]
     branch_score = {b: s for s, b, _ in chosen}
     every_branch = {b: s for s, b, _ in located}
@@ -77,7 +80,7 @@ def _family(r: RetrievalConfig, view: RowView | StoreView, root: str, opened: Ma
     task) not opened already, at most ``retrieval.family_open``: those stage 1 scored first,
     best first, then the newest. Empty when the family is one branch."""
     n = r.family_open
-    if n <= 0 or not r.by_family:
+    if n <= 0:
         return set()
     others = [b for b in view.branches_under(root) if b not in opened]
     others.reverse()  # newest first (ids grow with time), then by stage 1's score (a stable sort)

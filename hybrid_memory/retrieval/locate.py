@@ -1,10 +1,11 @@
 """Stage 1, locate: which task branch the query is about.
 
-The candidates are grouped by branch (or by family: one top-level task's tree)
-and each branch scored by its best candidate's similarity, a blend of the dense
-and the lexical scores, plus a little for breadth. Each candidate is read with
-its task path as context, and the branches of the agent's active family may be
-preferred (``retrieval.active_prior``).
+The candidates are grouped by family (one top-level task's tree) and each
+branch scored by its best candidate's similarity, a blend of the dense and the
+lexical scores, plus a little for breadth, its family's branches told apart by
+the words they do not share. Each candidate is read with its task path as
+context, and the branches of the agent's active family may be preferred
+(``retrieval.active_prior``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from .query import Posting, QueryWords, term_idf
 
 # Branch score: the best hit, plus a little for breadth (a second and third hit).
 _BREADTH = (1.0, 0.15, 0.05)
+#: Inside a family the dense share of the blend is multiplied by this (see
+#: :func:`branch_scores` and eval/CHANGES.md).
+FAMILY_DENSE = 0.5
 
 
 class Located(NamedTuple):
@@ -40,8 +44,8 @@ def locate(r: RetrievalConfig, words: QueryWords, cands: Candidates, dense_mix: 
     branches of the active family preferred, when there is an ``active_root`` (the
     top-level task of the session's active node, read when asked)."""
     postings = words.held(cands.rows)
-    scored = branch_scores(cands.rows, postings, cands.dense, words.lexical, dense_mix, r.by_family,
-                           family_dense=r.family_dense, rarity=family_rarity(words.idf, r.family_rarity))
+    scored = branch_scores(cands.rows, postings, cands.dense, words.lexical, dense_mix,
+                           rarity=family_rarity(words.idf, r.family_rarity))
     prior = "off" if r.active_prior <= 0 else "without a session" if active_root is None else ""
     if r.active_prior > 0 and active_root is not None:
         root = active_root()
@@ -56,14 +60,14 @@ def locate(r: RetrievalConfig, words: QueryWords, cands: Candidates, dense_mix: 
 
 def branch_scores(
     cand_rows: Mapping[str, Any], postings: Sequence[Posting], dense: Mapping[str, float],
-    lexical: Mapping[str, float], dense_mix: float, by_family: bool, *,
-    family_dense: float = 1.0, rarity: Mapping[str, float] | None = None,
+    lexical: Mapping[str, float], dense_mix: float, *,
+    family_dense: float = FAMILY_DENSE, rarity: Mapping[str, float] | None = None,
 ) -> list[tuple[float, str, int]]:
     """(score, branch id, candidates) of every branch holding a stage-1 candidate, best
     first. A branch scores its best candidate's similarity plus a little for breadth.
 
-    ``by_family``: a task and its subtasks (a family: one top-level task's tree) name
-    the same ticket or person, so the family is scored as one, over all its
+    A task and its subtasks (a family: one top-level task's tree) name the same
+    ticket or person, so the family is scored as one, over all its
     candidates, and its branches are then told apart by the words they do not share:
     within the family those shared words weigh almost nothing (idf counted among the
     family's candidates), and the question's other words ("panel", "refund") decide
@@ -81,7 +85,7 @@ def branch_scores(
     """
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     for i, row in cand_rows.items():
-        groups[root_of(row.path) if by_family else row.branch_id][i] = row
+        groups[root_of(row.path)][i] = row
     held: dict[str, list[Posting]] | None = None  # a candidate's postings (read for a family of branches)
     out: list[tuple[float, str, int]] = []
     for members in groups.values():

@@ -20,6 +20,24 @@ from ..model import Node, NodeType
 from ..weights import blend
 from .expand import Expanded, Opened
 
+# Fixed, not settings: the values and what they did are in eval/CHANGES.md.
+#: What a stage-1 candidate of a branch not opened pays, times its branch's shortfall.
+OUTSIDE_WEIGHT = 1.0
+#: A candidate of a branch not opened that holds at least this share of the query's
+#: informative words the best node of the opened branches holds pays nothing for its branch.
+LEXICAL_PEER = 1.0
+#: What a node of an opened branch pays, times its branch's shortfall, when the
+#: question spreads over a small memory (``retrieval.branch_weight`` otherwise).
+SPREAD_WEIGHT = 0.2
+#: With several branches open, the best nodes each first places among the k.
+BRANCH_QUOTA = 2
+#: ... of those whose similarity is at least this share of the best similarity found.
+QUOTA_SIMILARITY = 0.5
+#: The types whose high-weight nodes of the opened branches stand beside the hits, whatever the query.
+STANDING_TYPES: frozenset[NodeType] = frozenset({NodeType.STATE, NodeType.PREFERENCE, NodeType.DECISION})
+#: The least weight of a standing node (see eval/CHANGES.md).
+STANDING_MIN_WEIGHT = 0.55
+
 
 @dataclass(slots=True)
 class Scored:
@@ -89,8 +107,8 @@ def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], open
     for s in pool:
         if s.node.branch_id in groups:
             groups[s.node.branch_id].append(s)
-    reserved, rest = _pick(r, pool, list(groups.values()) if not opened.spread else [], k,
-                           r.quota_similarity * top_sim)
+    reserved, rest = _pick(pool, list(groups.values()) if not opened.spread else [], k,
+                           QUOTA_SIMILARITY * top_sim)
     hits = reserved + rest
     standing = _standing(r, [s for s in pool if s.node.branch_id in branch_score], {s.node.id for s in hits})
     # The budget takes the picks in this order: each opened branch's reserved
@@ -112,31 +130,31 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
     # for its branch.
     branch_score = opened.branch_score
     top_lex = max((lexical.get(n.id, 0.0) for n in grown.nodes), default=0.0)
-    peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score and r.lexical_peer > 0
-             and lexical.get(i, 0.0) >= max(r.lexical_peer * top_lex, 1e-9)}
+    peers = {i for i, row in cand_rows.items() if row.branch_id not in branch_score
+             and lexical.get(i, 0.0) >= max(LEXICAL_PEER * top_lex, 1e-9)}
     scored: dict[str, Scored] = {}
-    lam, opened_weight = r.lambda_, (r.spread_weight if opened.spread else r.branch_weight)
+    lam, opened_weight = r.lambda_, (SPREAD_WEIGHT if opened.spread else r.branch_weight)
     for node, dense, lex in grown.entries:
         b = node.branch_id
         similarity, w, bs = blend(dense, lex, dense_mix), weigh(node), opened.every_branch[b]
-        # Opened branches pay branch_weight (spread_weight for a spreading
-        # question) of their shortfall, other branches outside_weight, peers nothing.
+        # Opened branches pay branch_weight (SPREAD_WEIGHT for a spreading
+        # question) of their shortfall, other branches OUTSIDE_WEIGHT, peers nothing.
         bw = opened_weight if b in branch_score else \
-            0.0 if node.id in peers or b in opened.family else r.outside_weight
+            0.0 if node.id in peers or b in opened.family else OUTSIDE_WEIGHT
         bf = branch_factor(bs, opened.best, bw)
         scored[node.id] = Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
                                  bs, bf)
     return scored, peers
 
 
-def _pick(r: RetrievalConfig, pool: Sequence[Scored], groups: Sequence[Sequence[Scored]], k: int,
+def _pick(pool: Sequence[Scored], groups: Sequence[Sequence[Scored]], k: int,
           floor: float) -> tuple[list[Scored], list[Scored]]:
     """The k hits, as (reserved, rest), each best first. When more than one branch
-    is open, each (in the order located) first reserves its best ``branch_quota``
+    is open, each (in the order located) first reserves its best ``BRANCH_QUOTA``
     nodes whose similarity reaches ``floor``: a question that opened two sessions
     gets an answer from each, not ten from the stronger one. The rest of the k go
     by score."""
-    quota = r.branch_quota if len(groups) > 1 else 0
+    quota = BRANCH_QUOTA if len(groups) > 1 else 0
     reserved: dict[str, Scored] = {}
     for group in groups if quota else ():
         for s in heapq.nlargest(quota, (s for s in group if s.similarity >= floor), key=rank_key):
@@ -149,7 +167,7 @@ def _pick(r: RetrievalConfig, pool: Sequence[Scored], groups: Sequence[Sequence[
 def _standing(r: RetrievalConfig, scored: Iterable[Scored], taken: set[str]) -> list[Scored]:
     """The branch's high-weight state, preferences and decisions, the query aside.
     Of ``state`` nodes only the latest per branch stands: it supersedes the rest."""
-    pool = [s for s in scored if s.node.type.value in r.standing_types and s.weight >= r.standing_min_weight]
+    pool = [s for s in scored if s.node.type in STANDING_TYPES and s.weight >= STANDING_MIN_WEIGHT]
     gone = superseded_states([s.node for s in pool]) | taken
     return heapq.nlargest(r.standing_max, (s for s in pool if s.node.id not in gone),
                           key=lambda s: (s.weight, s.node.created_at, s.node.content))

@@ -82,7 +82,7 @@ class Retriever:
         self.namespace = namespace
         self._counted: tuple[int, int] | None = None  # (log position, live nodes) of the last count
         self._branchy: tuple[int, int, bool] | None = None  # (log position, than, answer) of the last ask
-        #: The lexical index kept in memory (retrieval.in_memory_lexicon), once built:
+        #: The lexical index kept in memory (accel.in_memory_lexicon), once built:
         #: a handle's second query starts building it on a thread of its own.
         self.lexicon: Lexicon | None = None
         self._building: threading.Thread | None = None
@@ -92,8 +92,8 @@ class Retriever:
         self._query_thread: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         #: The node rows the last queries read, kept in step with the store
-        #: (retrieval.row_cache; SQLite only).
-        n_rows = config.retrieval.row_cache
+        #: (accel.row_cache; SQLite only).
+        n_rows = config.accel.row_cache
         self.rows: RowCache | None = RowCache(store, namespace, n_rows) if n_rows and store.is_sqlite else None
 
     # -- with a query ------------------------------------------------------------
@@ -118,10 +118,10 @@ class Retriever:
             stages.append(("locate", located.note))
             if not located.branches:
                 return Recall(query, (), "", 0, (), budget, stages=tuple(stages))
-            # A question to a memory of no more branches than spread_branches spreads
-            # over them: with so few branches, a located one singles out little, and
-            # an answer in another costs only a small shortfall.
-            spread = r.small_memory and not self._has_more_branches(conn, r.spread_branches, seq())
+            # A question to a memory of no more branches than spread_branches (0: off)
+            # spreads over them: with so few branches, a located one singles out
+            # little, and an answer in another costs only a small shortfall.
+            spread = r.spread_branches > 0 and not self._has_more_branches(conn, r.spread_branches, seq())
             opened = open_branches(r, view, located.branches, cands.rows, branches, spread)
             grown = expand(view, conn, words, cands, opened, qvec, size)
             stages.append(("expand", grown.note))
@@ -157,7 +157,7 @@ class Retriever:
             # Needs no vector: runs while the query embeds and the index searches.
             qterms = list(dict.fromkeys(text.terms(query)))
             index = self._lexical_index(conn)
-            words = QueryWords(self.store, conn, self.namespace, qterms, r.common_postings,
+            words = QueryWords(self.store, conn, self.namespace, qterms, self.config.accel.common_postings,
                                lambda c: self._live_count(c, seq()), index)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
             # The lexical candidates' rows and postings; the dense candidates' come after.
@@ -237,7 +237,7 @@ class Retriever:
         if lexicon is not None:
             lexicon.sync(conn)
             return lexicon
-        if (self._building is None and self._searches > 1 and self.config.retrieval.in_memory_lexicon
+        if (self._building is None and self._searches > 1 and self.config.accel.in_memory_lexicon
                 and self.store.is_sqlite):
             self._building = threading.Thread(target=self._build_lexicon, name="hybrid_memory-lexicon", daemon=True)
             self._building.start()
