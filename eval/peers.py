@@ -491,7 +491,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         for name in names:  # fail early, before the long runs
             ensure_env(name, args.envs, progress=progress)
         workload_path = write_workload(shared, args.out / "workload.json")
-        config = Config.load()
+        # The peers' model (all-MiniLM-L6-v2), not the default pair: the same vectors for all.
+        config = Config.load(overrides={"embedding": {"model": "bundled"}})
         rows = []
         runs = [(full, HYBRID, "peers")] + ([(shared, f"{HYBRID}-{len(shared['memories'])}", "peers")] if capped else [])
         if not args.no_own_runtime:

@@ -27,6 +27,10 @@ from .errors import ConfigError
 Vectors = npt.NDArray[np.float32]
 
 BUNDLED = "bundled"
+#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, paired.
+DEFAULT_MODEL = "bundled+use-multilingual"
+#: The models a memory made before the default changed may hold.
+EARLIER_DEFAULTS = ("bundled", "use-multilingual")
 
 
 @runtime_checkable

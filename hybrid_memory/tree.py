@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -23,7 +24,7 @@ from . import _validate as check
 from . import passages, portability, retokenize, safety, text
 from .config import Config
 from .crypto import Keyring
-from .embed import Embedder, make_embedder
+from .embed import DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, make_embedder
 from .errors import (
     AccessDeniedError,
     ClosedError,
@@ -333,6 +334,8 @@ class MemoryTree:
             index = ChromaIndex(folder / "chroma", graphs=config.accel.in_memory_vectors)
         if embedder is None:
             embedder = make_embedder(config.embedding)
+            if config.embedding.model == DEFAULT_MODEL:
+                embedder = _made_with(store, namespace, config, embedder)
         return cls(
             store=store, index=index, embedder=embedder, namespace=namespace,
             session=session, config=config, clock=clock, folder=folder, role=role, actor=actor,
@@ -1270,6 +1273,24 @@ class MemoryTree:
             self.store.set_setting(conn, key, mode)
 
         self.store.write(run)
+
+
+
+def _made_with(store: SqlStore, namespace: str, config: Config, default: Embedder) -> Embedder:
+    """The embedder of an earlier default model when that model made ``namespace``'s
+    stored vectors (a memory made before the default changed opens with its own
+    model), else ``default``."""
+    with store.reading() as conn:
+        held = store.embedding_kind(conn, namespace)
+    if held is None or held[0] == default.name:
+        return default
+    for spec in EARLIER_DEFAULTS:
+        earlier = make_embedder(replace(config.embedding, model=spec))
+        if earlier.name == held[0]:
+            log.info("namespace %r was embedded by %r: opened with it (embedding.model names the default)",
+                     namespace, held[0])
+            return earlier
+    return default
 
 
 class _AppliedFirst:

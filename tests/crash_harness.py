@@ -35,14 +35,16 @@ def writer(folder: str, seed: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from hybrid_memory import ROOT, MemoryTree
+    from hybrid_memory import ROOT, Config, MemoryTree
 
     rng = random.Random(seed)
 
     def say(**kw: Any) -> None:
         print(json.dumps(kw, ensure_ascii=False), flush=True)
 
-    with MemoryTree.open(folder, namespace=NAMESPACE) as mem:
+    # all-MiniLM-L6-v2: the model the checking process opens the memory with.
+    bundled = Config.load(overrides={"embedding": {"model": "bundled"}})
+    with MemoryTree.open(folder, namespace=NAMESPACE, config=bundled) as mem:
         mem.embedder.embed(["warm up"])
         mem.index.ids(mem.namespace)  # the index client loads on first use: before the clock starts
         known = [n.id for n in mem.nodes()]

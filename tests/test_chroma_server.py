@@ -331,12 +331,13 @@ WORKER = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from hybrid_memory import ROOT, MemoryTree
+    from hybrid_memory import ROOT, Config, MemoryTree
 
     folder, url, ns, me, count, ready, go, db = sys.argv[1:9]
     me, count = int(me), int(count)
     topics = ["invoice", "shipment", "contract", "meeting", "server", "budget", "hiring", "audit"]
-    mem = MemoryTree.open(folder, namespace=ns, session=f"w{me}", chroma_url=url, store=db or None)
+    mem = MemoryTree.open(folder, namespace=ns, session=f"w{me}", chroma_url=url, store=db or None,
+                          config=Config.load(overrides={"embedding": {"model": "bundled"}}))  # the parent's model
     mem.embedder.embed(["warm up"])
     Path(ready).touch()
     deadline = time.monotonic() + 60

@@ -233,7 +233,7 @@ def test_embedding_imports_neither_torch_nor_transformers(onnx: OnnxEmbedder) ->
         "import json, sys\n"
         "from hybrid_memory import Config\n"
         "from hybrid_memory.embed import make_embedder\n"
-        "e = make_embedder(Config.load().embedding)\n"
+        "e = make_embedder(Config.load(overrides={'embedding': {'model': 'bundled'}}).embedding)\n"
         "v = e.embed(['why was the claim sent back?', '报销为什么被退回'])\n"
         "c = e.coverage('报销 claim')\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'))\n"
@@ -373,17 +373,17 @@ def test_auto_falls_back_to_sentence_transformers(dense_model: Path) -> None:
 
 def test_the_setting_selects_the_backend() -> None:
     assert Config.load().embedding.backend == "auto"
-    auto = make_embedder(Config.load().embedding)
+    auto = make_embedder(Config.load(overrides={"embedding": {"model": "bundled"}}).embedding)
     assert isinstance(auto, OnnxEmbedder) and auto.name == "all-MiniLM-L6-v2"
-    onnx = make_embedder(Config.load(overrides={"embedding": {"backend": "onnx"}}).embedding)
+    onnx = make_embedder(Config.load(overrides={"embedding": {"model": "bundled", "backend": "onnx"}}).embedding)
     assert isinstance(onnx, OnnxEmbedder)
-    torch = make_embedder(Config.load(overrides={"embedding": {"backend": "torch"}}).embedding)
+    torch = make_embedder(Config.load(overrides={"embedding": {"model": "bundled", "backend": "torch"}}).embedding)
     assert isinstance(torch, SentenceTransformerEmbedder) and torch.name == "all-MiniLM-L6-v2"
     # Another device is sentence-transformers' business: auto leaves it to it, onnx refuses.
-    cuda = make_embedder(Config.load(overrides={"embedding": {"device": "cuda"}}).embedding)
+    cuda = make_embedder(Config.load(overrides={"embedding": {"model": "bundled", "device": "cuda"}}).embedding)
     assert isinstance(cuda, SentenceTransformerEmbedder)
     with pytest.raises(ConfigError, match="cpu"):
-        make_embedder(Config.load(overrides={"embedding": {"backend": "onnx", "device": "cuda"}}).embedding)
+        make_embedder(Config.load(overrides={"embedding": {"model": "bundled", "backend": "onnx", "device": "cuda"}}).embedding)
 
 
 @pytest.mark.parametrize("value", ["tensorflow", "ONNX", "", 1])

@@ -71,3 +71,20 @@ def test_a_memory_with_the_pair_retrieves_end_to_end(tmp_path: Path, lang: str) 
         ids = [mem.add(c, type="fact", parent=task).id for c in contents]
         recall = mem.retrieve(question, k=1, reinforce=False)
         assert [s.node.id for s in recall.nodes if s.reason == "hit"] == ids[:1]
+
+
+def test_the_default_pairs_the_two_and_an_older_memory_keeps_its_model(tmp_path: Path, embedder: Any) -> None:
+    """A new memory gets the pair; one made by all-MiniLM-L6-v2 (the earlier
+    default) opens with that model while the setting names the default."""
+    assert Config.load().embedding.model == PAIR
+    with MemoryTree.open(tmp_path / "new") as mem:
+        assert mem.embedder.name == f"{mem.embedder.first.name}+{mem.embedder.second.name}"  # type: ignore[attr-defined]
+    with MemoryTree.open(tmp_path / "old", embedder=embedder) as mem:
+        task = mem.add("去柏林出差", type="task", parent=ROOT)
+        fact = mem.add("Booked the hotel near the station", type="fact", parent=task)
+    with MemoryTree.open(tmp_path / "old") as mem:
+        assert mem.embedder.name == embedder.name
+        assert mem.retrieve("hotel", k=1, reinforce=False).nodes[-1].node.id == fact.id
+    # A model named outright is taken as named: 512-d vectors cannot sit beside 384-d ones.
+    with pytest.raises(ConfigError, match="dimensional"):
+        MemoryTree.open(tmp_path / "old", config=Config.load(overrides={"embedding": {"model": "use-multilingual"}}))

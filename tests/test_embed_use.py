@@ -59,7 +59,7 @@ def cos(a: np.ndarray, b: np.ndarray) -> float:
 def test_the_setting_selects_the_embedder() -> None:
     assert isinstance(make_embedder(USE_CONFIG.embedding), UniversalSentenceEncoderEmbedder)
     # (backend "torch": by default a sentence-transformers model may run on onnxruntime, tests/test_embed_onnx.py)
-    torch = {"backend": "torch"}
+    torch = {"backend": "torch", "model": "bundled"}
     bundled = make_embedder(Config.load(overrides={"embedding": torch}).embedding)
     assert isinstance(bundled, SentenceTransformerEmbedder)
     assert bundled.name == "all-MiniLM-L6-v2"
@@ -165,7 +165,9 @@ def test_a_memory_refuses_an_embedder_of_another_dimension(
     with pytest.raises(ConfigError, match=r"512-dimensional .* 384-dimensional"):
         MemoryTree.open(made_by_use, embedder=embedder)
     with pytest.raises(ConfigError, match="embedding.model"):
-        MemoryTree.open(made_by_use)  # the default configuration: the bundled model
+        MemoryTree.open(made_by_use, config=Config.load(overrides={"embedding": {"model": "bundled"}}))
+    with MemoryTree.open(made_by_use) as mem:  # the default setting: an earlier default's memory keeps its model
+        assert mem.embedder.name == "universal-sentence-encoder-multilingual-3"
     with MemoryTree.open(made_by_use, config=USE_CONFIG) as mem:  # nothing was changed
         assert mem.get(node.id).content == REIMBURSE
         assert mem.verify().clean
@@ -213,8 +215,8 @@ def test_export_and_import_moves_a_memory_to_the_new_embedder(
 
 
 def test_the_command_line_opens_a_use_memory_with_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`--model use-multilingual` opens what the multilingual embedder wrote; without
-    it, the mismatch is a clear error (exit 6 is ConfigError) and nothing changes."""
+    """`--model use-multilingual` opens what the multilingual embedder wrote; with
+    another model, the mismatch is a clear error (exit 6 is ConfigError) and nothing changes."""
     from hybrid_memory.cli import main
 
     folder = tmp_path / "mem"
@@ -225,7 +227,7 @@ def test_the_command_line_opens_a_use_memory_with_model(tmp_path: Path, capsys: 
     assert main(["--path", str(folder), "--model", "use-multilingual", "--json", "retrieve", REIMBURSE_PARAPHRASE]) == 0
     out = json.loads(capsys.readouterr().out)
     assert REIMBURSE in json.dumps(out, ensure_ascii=False)
-    code = main(["--path", str(folder), "stats"])
+    code = main(["--path", str(folder), "--model", "bundled", "stats"])
     assert code != 0 and "embedding.model" in capsys.readouterr().err
     with MemoryTree.open(folder, config=USE_CONFIG) as mem:
         assert mem.stats().live == 2

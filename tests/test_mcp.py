@@ -44,6 +44,9 @@ UNKNOWN = "0123456789abcdef"  # shaped like a node id; no node has it
 
 Session = Callable[[Client], Awaitable[None]]
 
+#: The servers run with the tests' model (all-MiniLM-L6-v2), which the checks open the memory with.
+MODEL = ["--model", "bundled"]
+
 
 def in_session(mem: MemoryTree, body: Session, *, mode: str = "legacy") -> None:
     """Run ``body`` with a client connected in process to a server over ``mem``.
@@ -334,8 +337,9 @@ def test_stdio_server_in_a_subprocess(tmp_path: Path, embedder: SentenceTransfor
     }
     server = StdioServerParameters(
         command=sys.executable,
-        args=(["-m", "hybrid_memory.mcp_server", "--path", str(folder), "--namespace", "agent-7"] if entry == "module"
-              else ["-m", "hybrid_memory", "--path", str(folder), "--namespace", "agent-7", "mcp"]),
+        args=(["-m", "hybrid_memory.mcp_server", "--path", str(folder), "--namespace", "agent-7", *MODEL]
+              if entry == "module" else ["-m", "hybrid_memory", "--path", str(folder), "--namespace", "agent-7",
+                                         *MODEL, "mcp"]),
         env=env, cwd=str(REPO),
     )
     written: dict[str, str] = {}

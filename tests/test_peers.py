@@ -218,13 +218,14 @@ def test_the_command_without_peers_writes_the_table(tmp_path: Path, capsys: pyte
 
 def test_hybrid_memory_runs_on_its_own_runtime_too(tmp_path: Path) -> None:
     workload, _, verbatim = _small_workload(tmp_path)
-    raw = peers.run_hybrid(workload, workdir=tmp_path / "work", config=Config.load(), progress=False, runtime="own")
+    bundled = Config.load(overrides={"embedding": {"model": "bundled"}})  # the peers' model
+    raw = peers.run_hybrid(workload, workdir=tmp_path / "work", config=bundled, progress=False, runtime="own")
     _check_raw(raw, workload, verbatim)
     assert raw["system"] == peers.HYBRID_OWN
-    # The default configuration (backend "auto") runs the bundled model on onnxruntime,
+    # Backend "auto" (the default) runs the bundled model on onnxruntime,
     # which the project installs (chromadb depends on it).
     assert raw["runtime"] == "onnxruntime"
-    same = peers.run_hybrid(workload, workdir=tmp_path / "same", config=Config.load(), progress=False)
+    same = peers.run_hybrid(workload, workdir=tmp_path / "same", config=bundled, progress=False)
     assert same["runtime"] == "torch"
     assert [r[0] for r in raw["ranked"][-len(verbatim):]] == [r[0] for r in same["ranked"][-len(verbatim):]]
 

@@ -185,9 +185,11 @@ WRITER = textwrap.dedent(
     """
     import json, sys, torch
     torch.set_num_threads(1)
-    from hybrid_memory import MemoryTree
+    from hybrid_memory import Config, MemoryTree
     folder, who, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    with MemoryTree.open(folder, namespace="t") as mem:
+    # The test's own model (all-MiniLM-L6-v2), which the parent opens the memory with.
+    bundled = Config.load(overrides={"embedding": {"model": "bundled"}})
+    with MemoryTree.open(folder, namespace="t", config=bundled) as mem:
         task = mem.add(f"Task of writer {who}", type="task")
         print(json.dumps({"id": task.id}), flush=True)
         for i in range(count):
