@@ -47,6 +47,11 @@ class Passages(NamedTuple):
     vectors: np.ndarray[Any, Any]
 
 
+def is_long(content: str, size: int) -> bool:
+    """Whether ``content`` has more than ``size`` tokens: it is cut into passages."""
+    return len(content) > size and text.count_tokens(content) > size  # (a token has a character at least)
+
+
 def cut(content: str, size: int) -> list[tuple[int, int]]:
     """The (start, stop) spans of ``content``'s passages of at most ``size`` tokens
     (as :func:`text.count_tokens` counts), in order, covering every token. Empty
@@ -174,4 +179,4 @@ def drop(conn: Connection, ids: Sequence[str]) -> None:
         conn.execute(delete(passages).where(passages.c.node_id.in_(ids[i:i + _CHUNK])))
 
 
-__all__ = ["Passages", "choose", "cut", "drop", "fill", "read", "render", "uncut"]
+__all__ = ["Passages", "choose", "cut", "drop", "fill", "is_long", "read", "render", "uncut"]

@@ -216,7 +216,7 @@ class MemoryTree:
         """Cut the long ones of ``written`` (just committed) into passages. A failure
         leaves them to the next open: each is found by its first passage meanwhile."""
         size = self.config.write.passage_tokens
-        long = [n.id for n in written if len(n.content) > size and text.count_tokens(n.content) > size]
+        long = [n.id for n in written if passages.is_long(n.content, size)]
         if not long:
             return
         try:

@@ -3,8 +3,7 @@
 The lexical channel proposes the memories holding most of the query's
 informative words (:mod:`.query`); the vector index proposes the nearest
 embeddings, cut here as what is stored decides (:func:`dense_cut`). Every
-candidate then gets its dense score from its stored embedding; the passages of
-the long ones are read for :mod:`.select` to show the one that answers.
+candidate then gets its dense score from its stored embedding.
 """
 
 from __future__ import annotations
@@ -14,11 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy.engine import Connection
 
-from .. import passages
 from ..accel.rowcache import RowView, StoreView
-from ..passages import Passages
 from ..store.sql import from_blob
 from .query import QueryWords
 
@@ -61,11 +57,6 @@ def ready(vectors: np.ndarray[Any, Any]) -> Callable[[], np.ndarray[Any, Any]]:
     return lambda: vectors
 
 
-def long_passages(conn: Connection, rows: Mapping[str, Any], size: int) -> dict[str, Passages]:
-    """The passages of the long memories (over ``size`` tokens) among ``rows``."""
-    return passages.read(conn, {i: row for i, row in rows.items() if row.tokens > size})
-
-
 class Candidates(NamedTuple):
     """Stage 1's candidates, what :func:`gather` made of both channels."""
 
@@ -73,13 +64,11 @@ class Candidates(NamedTuple):
     rows: dict[str, Any]
     #: Node id -> its dense score (from its own stored embedding).
     dense: dict[str, float]
-    #: The passages of the long ones.
-    held: dict[str, Passages]
     note: str
 
 
-def gather(view: RowView | StoreView, conn: Connection, words: QueryWords, found: Mapping[str, Any],
-           fetched: Sequence[tuple[str, float]], qvec: np.ndarray[Any, Any], n: int, size: int) -> Candidates:
+def gather(view: RowView | StoreView, words: QueryWords, found: Mapping[str, Any],
+           fetched: Sequence[tuple[str, float]], qvec: np.ndarray[Any, Any], n: int) -> Candidates:
     """The lexical channel's candidates (``found``: their live rows) and the dense
     channel's, the ``n`` best of the index's proposals (``fetched``), as rows by id
     with their dense scores; ``words`` completed with their postings."""
@@ -102,6 +91,5 @@ def gather(view: RowView | StoreView, conn: Connection, words: QueryWords, found
     # A long memory is scored by its own vector, not by its closest passage: a
     # memory of many passages would get as many draws, and long memories that do
     # not answer outranked short ones that do (eval/CHANGES.md, "long memories by
-    # passage"). Its passages choose what is shown of it.
-    held = long_passages(conn, cand_rows, size)
-    return Candidates(cand_rows, dense_hits, held, note)
+    # passage"). Its passages only choose what is shown of it (.select).
+    return Candidates(cand_rows, dense_hits, note)

@@ -15,14 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy.engine import Connection
 
 from ..accel.rowcache import RowView, StoreView
 from ..config import RetrievalConfig
 from ..model import Node, root_of
-from ..passages import Passages
 from ..store.sql import from_blob
-from .candidates import Candidates, long_passages
+from .candidates import Candidates
 from .query import Posting, QueryWords, term_idf
 
 _BM25_K1, _BM25_B = 1.2, 0.75
@@ -95,17 +93,14 @@ class Expanded(NamedTuple):
     entries: list[tuple[Node, float, float]]
     #: The nodes of the opened branches.
     nodes: list[Node]
-    #: The passages of the long memories read (candidates and branch nodes).
-    held: dict[str, Passages]
     note: str
 
 
-def expand(view: RowView | StoreView, conn: Connection, words: QueryWords, cands: Candidates, opened: Opened,
-           qvec: np.ndarray[Any, Any], size: int) -> Expanded:
+def expand(view: RowView | StoreView, words: QueryWords, cands: Candidates, opened: Opened,
+           qvec: np.ndarray[Any, Any]) -> Expanded:
     """Read the opened branches' nodes and score each: dense from its stored
     embedding, lexical by BM25 inside its branch; the candidates of other branches
-    keep stage 1's scores. The passages of the long ones (over ``size`` tokens) are
-    read for :mod:`.select`."""
+    keep stage 1's scores."""
     rows = view.branch_rows([*opened.branch_score, *opened.family])
     branch_nodes = [view.node(row) for row in rows]
     words.complete({n.id: None for n in branch_nodes})
@@ -113,7 +108,6 @@ def expand(view: RowView | StoreView, conn: Connection, words: QueryWords, cands
     zero = np.zeros(len(qvec), dtype=np.float32)
     matrix = np.stack([from_blob(row.embedding) if row.embedding else zero for row in rows]) if rows \
         else np.zeros((0, len(qvec)))
-    held = {**cands.held, **long_passages(conn, {row.id: row for row in rows if row.id not in cands.held}, size)}
     branch_dense = [float(d) for d in matrix @ qvec]
     # The opened branches, every node, with lexical scores counted inside each
     # branch; and the strongest stage-1 candidates of the other branches, so a
@@ -125,7 +119,7 @@ def expand(view: RowView | StoreView, conn: Connection, words: QueryWords, cands
                 for i, row in cands.rows.items() if row.branch_id not in ids]
     note = (f"branches opened {len(ids)} (of the located family {len(opened.family)}"
             f"{', spread' if opened.spread else ''}), memories scored {len(entries)}")
-    return Expanded(entries, branch_nodes, held, note)
+    return Expanded(entries, branch_nodes, note)
 
 
 def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: Iterable[str]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from .. import text
+from .. import passages, text
 from ..accel.lexicon import Lexicon
 from ..accel.rowcache import RowCache, RowView, StoreView
 from ..config import Config, WeightConfig
@@ -111,7 +111,7 @@ class Retriever:
             said, qvec, fetched = self._channels(conn, view, query, vector, waiting, seq)
             words, dense_mix = said.words, said.dense_mix
             stages = [("query", said.note)]
-            cands = gather(view, conn, words, said.found, fetched, qvec, r.candidates, size)
+            cands = gather(view, words, said.found, fetched, qvec, r.candidates)
             stages.append(("candidates", cands.note))
             active = None if self.session is None else functools.partial(self._active_root, conn, view)
             located = locate(r, words, cands, dense_mix, active)
@@ -123,11 +123,13 @@ class Retriever:
             # little, and an answer in another costs only a small shortfall.
             spread = r.spread_branches > 0 and not self._has_more_branches(conn, r.spread_branches, seq())
             opened = open_branches(r, view, located.branches, cands.rows, branches, spread)
-            grown = expand(view, conn, words, cands, opened, qvec, size)
+            grown = expand(view, words, cands, opened, qvec)
             stages.append(("expand", grown.note))
             picks = rank(r, grown, cands.rows, opened, words.lexical, dense_mix, self._weigher(now), k)
             stages.append(("rank", picks.note))
-            shown = Shown(size, grown.held, qvec, words.idf, dense_mix)
+            # The passages of the long memories shown are read when they are picked.
+            shown = Shown(size, lambda ids: passages.read(conn, view.rows(ids, live_only=True)), qvec, words.idf,
+                          dense_mix)
             chosen = assemble(view, picks.picked, picks.scored, budget, self._weigher(now), shown)
             stages.append(("select", chosen.note))
             scored_branches = _listed(opened, picks.scored)

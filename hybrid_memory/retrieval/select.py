@@ -37,6 +37,8 @@ def assemble(view: RowView | StoreView, picked: Sequence[tuple[Scored, str]], sc
     the token budget; render in tree order (a long memory by one passage).
     ``weigh``: the weight of an ancestor that was not scored."""
     ancestor_ids = {a for s, _ in picked for a in s.node.ancestor_ids}
+    # The passages of the long memories scored for the query that may be shown.
+    shown.prefetch([scored[i].node for i in {*ancestor_ids, *(s.node.id for s, _ in picked)} if i in scored])
     known: dict[str, Scored] = dict(scored)
     unknown = [a for a in ancestor_ids if a not in known]
     for node_id, arow in view.rows(unknown).items():
@@ -117,19 +119,29 @@ def _render(view: RowView | StoreView, chosen: Mapping[str, tuple[Scored, str]],
 
 class Shown:
     """Which passage of each long memory a context shows: the one that best answers
-    the query, among those stored (``held``); the first where there is no query or
-    none is stored. A memory of at most ``size`` tokens is shown whole (None)."""
+    the query, among those stored and fetched (:meth:`prefetch`, by ``fetch``); the
+    first where there is no query or none is stored. A memory of at most ``size``
+    tokens is shown whole (None)."""
 
-    def __init__(self, size: int, held: Mapping[str, Passages] | None = None, qvec: np.ndarray[Any, Any] | None = None,
-                 idf: Mapping[str, float] | None = None, dense_mix: float = 1.0) -> None:
-        self.size, self.held, self.qvec, self.idf, self.dense_mix = size, held or {}, qvec, idf or {}, dense_mix
+    def __init__(self, size: int, fetch: Callable[[list[str]], Mapping[str, Passages]] | None = None,
+                 qvec: np.ndarray[Any, Any] | None = None, idf: Mapping[str, float] | None = None,
+                 dense_mix: float = 1.0) -> None:
+        self.size, self.fetch, self.qvec, self.idf, self.dense_mix = size, fetch, qvec, idf or {}, dense_mix
+        self.held: dict[str, Passages] = {}
         self._spans: dict[str, tuple[int, int] | None] = {}
+
+    def prefetch(self, nodes: Sequence[Node]) -> None:
+        """Read the stored passages of the long ones of ``nodes``, in one read."""
+        if self.fetch is not None and self.qvec is not None:
+            long = sorted(n.id for n in nodes if passages.is_long(n.content, self.size))
+            if long:
+                self.held.update(self.fetch(long))
 
     def span(self, node: Node) -> tuple[int, int] | None:
         if node.id not in self._spans:
             content = node.content
             span: tuple[int, int] | None = None
-            if len(content) > self.size and text.count_tokens(content) > self.size:
+            if passages.is_long(content, self.size):
                 held = self.held.get(node.id)
                 if held is not None and self.qvec is not None:
                     span = held.spans[passages.choose(content, held, self.qvec, self.idf, self.dense_mix)[0]]
