@@ -197,9 +197,9 @@ class MemoryTree:
 
     def _cut_left(self) -> str:
         """Cut into passages the long memories that have none for their content (a
-        crash after the write's commit, an import, a new key, a changed
-        ``write.passage_tokens``). Returns the problem to report when the embedder
-        fails ("" otherwise)."""
+        crash after the write's commit, an import, a new key, a lowered
+        ``write.passage_tokens``; a memory cut at another size keeps its passages).
+        Returns the problem to report when the embedder fails ("" otherwise)."""
         size = self.config.write.passage_tokens
         with self.store.reading() as conn:
             left = passages.uncut(conn, self.namespace, size)
@@ -207,14 +207,15 @@ class MemoryTree:
             return ""
         try:
             passages.fill(self.store, self.embedder, self.namespace, left, size)
-        except Exception as exc:  # found by their first passage and their words meanwhile
+        except Exception as exc:  # found as before meanwhile, and shown by their first passage
             return f"{len(left)} long memories wait for their passages (the embedder failed: {exc})"
         log.info("cut %d long memories into passages (namespace %r)", len(left), self.namespace)
         return ""
 
     def _cut(self, written: Iterable[Node]) -> None:
         """Cut the long ones of ``written`` (just committed) into passages. A failure
-        leaves them to the next open: each is found by its first passage meanwhile."""
+        leaves them to the next open: each is found as before, and shown by its first
+        passage meanwhile."""
         size = self.config.write.passage_tokens
         long = [n.id for n in written if passages.is_long(n.content, size)]
         if not long:
