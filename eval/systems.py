@@ -212,7 +212,7 @@ class HybridSystem:
     def _revive(self, node_id: str) -> None:
         """An agent going back to a memory that forgetting archived restores it first."""
         if self.forget_cap is not None and not self._m.get(node_id).live:
-            self._m.restore(node_id)
+            self._m.unarchive(node_id)
 
     def focus(self, node_id: str) -> None:
         self._revive(node_id)

@@ -39,12 +39,13 @@ from .model import (
 )
 from .store import ChromaIndex, SqlStore, VectorIndex
 from .tree import MemoryTree
-from .writing import ROOT
+from .writing import ROOT, Root
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ROOT",
+    "Root",
     "AccessDeniedError",
     "BranchScore",
     "Checkpoint",

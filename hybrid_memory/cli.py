@@ -254,13 +254,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
         if args.node is not None:
             if args.seq is not None or as_of is not None:
                 raise InvalidInputError("restore: give a node, --seq or --as-of, not several")
-            node = mem.restore(_resolve(mem, args.node))
+            node = mem.unarchive(_resolve(mem, args.node))
             if args.json:
                 _print_json(node)
             else:
                 print(f"restored {node.id} [{node.type.value}] {_clip(node.content)}")
             return 0
-        r = mem.restore(seq=args.seq, as_of=as_of)
+        r = mem.rewind(seq=args.seq, as_of=as_of)
     if args.json:
         _print_json(r)
         return 0

@@ -1,12 +1,12 @@
-"""Time travel and portability: replaying the operation log, ``restore(seq=...)``,
+"""Time travel and portability: replaying the operation log, ``rewind(seq=...)``,
 and JSON Lines export / import.
 
 The operation log (``hm_oplog``) is the history of a namespace: every mutation logs
 what it did, completely enough that :func:`replay` rebuilds the tree (every node
 field but the embedding, and the session cursors) from the log alone. On top of it:
 
-* **Time travel** (:func:`time_travel`, ``MemoryTree.restore(seq=N)`` or
-  ``restore(as_of=ts)``) computes the state at log position ``N`` by replay and
+* **Time travel** (:func:`time_travel`, ``MemoryTree.rewind(seq=N)`` or
+  ``rewind(as_of=ts)``) computes the state at log position ``N`` by replay and
   rewrites the namespace to it in one transaction. It logs a ``time_travel`` entry
   whose replay re-applies the same computation, so the log stays the truth, and a
   time travel is undone by another one to the position it started from.
@@ -637,11 +637,11 @@ def _travel(state: State, dropped: Iterable[str], ts: float) -> None:
 
 @dataclass(frozen=True)
 class TimeTravel:
-    """What ``restore(seq=...)`` / ``restore(as_of=...)`` did."""
+    """What ``rewind(seq=...)`` / ``rewind(as_of=...)`` did."""
 
     #: The log position the memory was brought back to.
     seq: int
-    #: Where the log stood before: ``restore(seq=previous_seq)`` undoes this.
+    #: Where the log stood before: ``rewind(seq=previous_seq)`` undoes this.
     previous_seq: int
     #: The ``time_travel`` entry this wrote.
     op_seq: int

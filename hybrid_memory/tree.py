@@ -10,6 +10,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -65,9 +66,9 @@ from .writing import (
     Embedding,
     NodeRef,
     ParentRef,
+    Root,
     Writer,
     Written,
-    _Root,
     branch_info_for,
     to_json,
 )
@@ -702,7 +703,7 @@ class MemoryTree:
         return self.store.write(run)
 
     @_requires("write")
-    def move(self, node: NodeRef, new_parent: Node | str | _Root) -> Node:
+    def move(self, node: NodeRef, new_parent: Node | str | Root) -> Node:
         """Hang a live node (and its subtree) under another parent. Refuses cycles."""
         self._live_check()
         if new_parent is None:
@@ -712,7 +713,7 @@ class MemoryTree:
 
         def run(conn: Connection) -> Node:
             row = self._writer.row(conn, node, live=True, ancestors=True)
-            if isinstance(new_parent, _Root):
+            if isinstance(new_parent, Root):
                 parent = None
             else:
                 parent = self._writer.row(conn, new_parent, live=True, ancestors=True)
@@ -808,6 +809,23 @@ class MemoryTree:
 
     # -- portability: time travel, export, import (logic in portability.py) --------
 
+    def unarchive(self, node: NodeRef) -> Node:
+        """Bring an archived node back, with its archived ancestors and what was archived with it."""
+        self._live_check()
+        self._allow("write", "unarchive")
+        return self._restore_node(node)
+
+    def rewind(self, *, seq: int | None = None, as_of: float | None = None) -> portability.TimeTravel:
+        """Bring the whole memory back to a point of its operation log: the position
+        ``seq`` or the time ``as_of`` (exactly one). One logged transaction, so a
+        later ``rewind(seq=...)`` undoes it; nodes erased by ``delete`` since stay
+        gone (see :mod:`hybrid_memory.portability`)."""
+        self._live_check()
+        if (seq is None) == (as_of is None):
+            raise InvalidInputError("rewind: give exactly one of seq= or as_of=")
+        self._allow("admin", "rewind")
+        return portability.time_travel(self, seq=seq, as_of=as_of)
+
     @overload
     def restore(self, node: NodeRef) -> Node: ...
 
@@ -817,20 +835,16 @@ class MemoryTree:
     def restore(
         self, node: NodeRef | None = None, *, seq: int | None = None, as_of: float | None = None
     ) -> Node | portability.TimeTravel:
-        """Bring an archived node back, with its archived ancestors and what was archived with it.
-
-        With ``seq`` (a log position) or ``as_of`` (a time) instead of a node: bring
-        the whole memory back to that point of its operation log (time travel; see
-        :mod:`hybrid_memory.portability`). Nodes erased by ``delete`` since stay gone.
-        """
-        self._live_check()
+        """Deprecated: :meth:`unarchive` (a node) or :meth:`rewind` (``seq=`` or
+        ``as_of=``), which this calls. One verb named two unrelated acts."""
+        warnings.warn("MemoryTree.restore is deprecated: use unarchive(node) or rewind(seq=/as_of=)",
+                      DeprecationWarning, stacklevel=2)
         if sum(x is not None for x in (node, seq, as_of)) != 1:
+            self._live_check()
             raise InvalidInputError("restore: give exactly one of a node, seq= or as_of=")
         if node is None:
-            self._allow("admin", "restore(seq=/as_of=)")
-            return portability.time_travel(self, seq=seq, as_of=as_of)
-        self._allow("write", "restore")
-        return self._restore_node(node)
+            return self.rewind(seq=seq, as_of=as_of)
+        return self.unarchive(node)
 
     def export(self, path: str | os.PathLike[str], *, include_log: bool = False) -> portability.Transfer:
         """Write this namespace to ``path`` as a portable JSON Lines snapshot: nodes

@@ -37,12 +37,13 @@ from .weights import blend, check_unit
 log = logging.getLogger("hybrid_memory")
 
 
-class _Root:
-    """Sentinel: ``add(..., parent=ROOT)`` starts a new tree instead of hanging under the active node."""
+class Root:
+    """The type of :data:`ROOT`, its one instance: ``add(..., parent=ROOT)`` starts a
+    new tree instead of hanging under the active node. ``Root()`` returns ROOT."""
 
-    _instance: _Root | None = None
+    _instance: Root | None = None
 
-    def __new__(cls) -> _Root:
+    def __new__(cls) -> Root:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -51,12 +52,12 @@ class _Root:
         return "ROOT"
 
 
-ROOT: Final = _Root()
+ROOT: Final = Root()
 
 NodeRef = Node | str
 #: A node row as read (SQLAlchemy RowMapping) or as just written (a dict).
 RowMap = Mapping[Any, Any]
-ParentRef = Node | str | _Root | None
+ParentRef = Node | str | Root | None
 R = TypeVar("R", Row[Any], RowMap)
 
 
@@ -116,7 +117,7 @@ class Writer:
         if key is not None:
             check.text_arg(key, f"item {i}: key")
         parent = item.get("parent")
-        if parent is not None and not isinstance(parent, (Node, str, _Root)):
+        if parent is not None and not isinstance(parent, (Node, str, Root)):
             raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT or None")
         if isinstance(parent, str) and ("\x00" in parent or len(parent) > 256 or not check.is_utf8(parent)):
             raise NotFoundError(f"item {i}: no node or earlier item {check.show(parent)}")
@@ -348,7 +349,7 @@ class Writer:
     def _resolve_parent(
         self, seen: _Seen, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
     ) -> RowMap | None:
-        if isinstance(ref, _Root):
+        if isinstance(ref, Root):
             return None
         if ref is None:
             if active_id is None:

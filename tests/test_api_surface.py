@@ -39,6 +39,7 @@ EXPECTED_ALL = [
     "ROOT",
     "Recall",
     "RecoveryState",
+    "Root",
     "ScoredNode",
     "SentenceTransformerEmbedder",
     "SqlStore",
@@ -52,7 +53,7 @@ EXPECTED_ALL = [
 
 DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
-    "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
+    "unarchive", "rewind", "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
     "children", "path", "nodes", "close", "flush", "weight", "is_twin",
     "verify", "repair", "reindex",
     "export", "import_",  # portability
@@ -66,7 +67,8 @@ KEYWORD_OPTIONS = {
     "forget": ([], ["threshold", "max_nodes", "delete", "dry_run", "now"]),
     "update": (["node"], ["content", "importance", "confidence", "meta", "expected_version", "ts"]),
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
-    "restore": (["node"], ["seq", "as_of"]),  # portability: time travel
+    "restore": (["node"], ["seq", "as_of"]),  # deprecated: unarchive / rewind
+    "rewind": ([], ["seq", "as_of"]),  # portability: time travel
     "export": (["path"], ["include_log"]),  # portability
     "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
                        "key", "role", "actor"]),
@@ -166,3 +168,8 @@ def test_keyword_only_is_enforced_at_call_time() -> None:
         MemoryTree.retrieve(None, "query", 5)  # type: ignore[arg-type, misc]
     with pytest.raises(TypeError):
         MemoryTree.forget(None, 0.3)  # type: ignore[arg-type, misc]
+
+
+def test_root_is_the_one_instance_of_a_public_type() -> None:
+    assert isinstance(hybrid_memory.ROOT, hybrid_memory.Root)
+    assert hybrid_memory.Root() is hybrid_memory.ROOT and repr(hybrid_memory.ROOT) == "ROOT"

@@ -220,7 +220,7 @@ def test_lifecycle_keeps_server_index_equal_to_live_ids(
         mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) and len(live_ids(mem)) == 3
 
-        mem.restore(kid)
+        mem.unarchive(kid)
         mem.flush()  # apply the index writes waiting for their batch
         assert server_ids(chroma_server.url, "life") == live_ids(mem) and len(live_ids(mem)) == 5
 

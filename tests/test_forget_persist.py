@@ -293,17 +293,17 @@ def test_archive_and_restore_by_hand(open_memory, clock):
         mem.add("A note under an archived node", type="fact", parent=a)
 
     # Restoring the task brings back what that archive took, not b.
-    assert mem.restore(t).live
+    assert mem.unarchive(t).live
     assert live_ids(mem) == {t.id, a.id, a1.id, other.id}
     assert status(mem, b.id) == "archived"
-    assert mem.restore(b).live
-    assert mem.restore(b).live  # restoring a live node is a no-op
+    assert mem.unarchive(b).live
+    assert mem.unarchive(b).live  # restoring a live node is a no-op
     assert mem.index.ids(mem.namespace) == live_ids(mem)
 
     # Archive the task again (all four go in one op); restoring the deepest node
     # brings back its archived ancestors, not its aunt b.
     assert set(mem.archive(t)) == {t.id, a.id, a1.id, b.id}
-    mem.restore(a1)
+    mem.unarchive(a1)
     assert live_ids(mem) == {t.id, a.id, a1.id, other.id}
     assert status(mem, b.id) == "archived"
     assert {s.node.id for s in mem.retrieve("Does the venue have wheelchair access?").nodes} >= {t.id, a.id, a1.id}

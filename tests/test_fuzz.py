@@ -1098,7 +1098,7 @@ def test_a_chain_of_ten_thousand_levels_works_or_stops_at_max_depth(open_memory:
     check("move-to-root", lambda: _expect(mem.move(made[1], ROOT).depth == 0))
     check("move-back", lambda: _expect(mem.move(made[1], made[0]).depth == 1))
     check("archive-middle", lambda: _expect(len(mem.archive(middle)) == len(made) - len(made) // 2))
-    check("restore-middle", lambda: mem.restore(middle))
+    check("restore-middle", lambda: mem.unarchive(middle))
     check("export", lambda: _expect(mem.export(tmp_path / "deep.jsonl").nodes == len(made)))
     if stores.is_sqlite:
         for args in (("tree",), ("tree", "--all"), ("stats",), ("log", "-n", "5"), ("recover",)):

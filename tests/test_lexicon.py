@@ -97,7 +97,7 @@ def test_the_copy_answers_as_the_store_after_every_kind_of_write(open_memory: An
     assert "warm" in _agrees(mem, lex)
     other.archive(zh_note)
     assert "酒店" not in _agrees(mem, lex)
-    mem.restore(zh_note)
+    mem.unarchive(zh_note)
     assert "酒店" in _agrees(mem, lex)
     mem.delete(one)
     assert "fuser" not in _agrees(mem, lex)
@@ -106,7 +106,7 @@ def test_the_copy_answers_as_the_store_after_every_kind_of_write(open_memory: An
     assert not any("发票" in t for t in _agrees(mem, lex))
     mem.forget(max_nodes=4)
     _agrees(mem, lex)
-    mem.restore(seq=first)  # a time travel back to the ticket alone
+    mem.rewind(seq=first)  # a time travel back to the ticket alone
     assert "toner" not in _agrees(mem, lex)
     snapshot = tmp_path / "snap.jsonl"
     mem.export(snapshot)
@@ -151,7 +151,7 @@ def test_the_overlay_folds_into_the_arrays(open_memory: Any, monkeypatch: pytest
         mem.update(added[0], content="Upload retry now waits two seconds")
         mem.archive(added[1])
         assert "backoff" in _agrees(mem, lex)
-        mem.restore(added[1])
+        mem.unarchive(added[1])
         _agrees(mem, lex)
         assert lex.loads == 1
 

@@ -371,9 +371,9 @@ def test_import_with_log_into_a_store_whose_log_is_ahead_shifts_positions(open_m
     assert side_tables(dst)[1][-1][3] == cp.log_seq + offset
     assert_replays(dst)
     # Restoring the archived node works on the shifted positions; time travel too.
-    dst.restore(a.id)
+    dst.unarchive(a.id)
     assert dst.get(a.id).live
-    dst.restore(seq=cp.log_seq + offset)
+    dst.rewind(seq=cp.log_seq + offset)
     assert dst.get(a.id).status is Status.ARCHIVED
     assert_replays(dst)
 
@@ -486,7 +486,7 @@ def random_walk(open_memory, clock, folder: Path, seed: int, steps: int) -> Memo
             elif r < 0.67:
                 archived = [n.id for n in mem.nodes(include_archived=True) if not n.live]
                 if archived:
-                    mem.restore(rng.choice(archived))
+                    mem.unarchive(rng.choice(archived))
             elif r < 0.71:
                 mem.delete(target)
             elif r < 0.75:
@@ -501,7 +501,7 @@ def random_walk(open_memory, clock, folder: Path, seed: int, steps: int) -> Memo
                 mem = open_memory(folder=folder, usage={"flush_every": 3}, write={"branch_by": "top_task"})
             elif r < 0.96:
                 seqs = [o.seq for o in ops_of(mem)]
-                mem.restore(seq=rng.choice(seqs[: max(1, len(seqs) - 2)]))
+                mem.rewind(seq=rng.choice(seqs[: max(1, len(seqs) - 2)]))
             else:
                 mem.flush()
                 second.flush()
@@ -525,7 +525,7 @@ def test_replaying_the_log_gives_exactly_the_live_tree(open_memory, clock, tmp_p
     n = ops[len(ops) // 2].seq
     at = P.replay(ops, upto=n)
     assert at.seq == n and not [s for s in at.skipped if s[1] == "unreadable"]
-    mem.restore(seq=n)
+    mem.rewind(seq=n)
     expected = at.copy()
     P.travel_state(expected, P.erased_ids(at), clock.now, mem.config.write.branch_by)
     assert_same(expected, P.live_state(mem), "restore vs replay")
@@ -594,7 +594,7 @@ def test_restore_seq_brings_back_exactly_the_earlier_tree_and_is_undoable(open_m
     bad = P.live_state(mem)
     bad_seq = last_seq(mem)
 
-    report = mem.restore(seq=n)
+    report = mem.rewind(seq=n)
     assert report.seq == n and report.previous_seq == bad_seq and report.erased == ()
     assert set(report.removed) == set(bad.nodes) - set(good.nodes)
     assert_same(P.live_state(mem), good, "after restore")
@@ -615,13 +615,13 @@ def test_restore_seq_brings_back_exactly_the_earlier_tree_and_is_undoable(open_m
 
     # Undo the restore: back to where the bad writes had left it.
     before_undo = last_seq(mem)  # the retrieve above logged its reads after the time travel
-    undo = mem.restore(seq=report.previous_seq)
+    undo = mem.rewind(seq=report.previous_seq)
     assert_same(P.live_state(mem), bad, "after undo")
     assert mem.index.ids("t") == live_ids(mem)
     assert undo.previous_seq == before_undo > report.op_seq
     assert_replays(mem)
     # And forward again.
-    mem.restore(seq=n)
+    mem.rewind(seq=n)
     assert_same(P.live_state(mem), good, "after redo")
     assert_replays(mem)
 
@@ -632,12 +632,12 @@ def test_restore_as_of_a_time(open_memory, clock, tmp_path: Path):
     good = P.live_state(mem)
     t0 = clock.now
     bad_writes(mem, clock, ids)  # starts 100 s later
-    report = mem.restore(as_of=t0 + 50)
+    report = mem.rewind(as_of=t0 + 50)
     assert report.seq == good.seq
     assert_same(P.live_state(mem), good, "as_of")
     assert [o for o in ops_of(mem)][-1].payload["as_of"] == t0 + 50  # type: ignore[index]
     # Before the first write: the memory was empty then.
-    mem.restore(as_of=t0 - 10**6)
+    mem.rewind(as_of=t0 - 10**6)
     assert mem.nodes(include_archived=True) == [] and mem.active is None and mem.index.ids("t") == set()
     assert_replays(mem)
 
@@ -655,7 +655,7 @@ def test_erasure_wins_over_time_travel(open_memory, clock, tmp_path: Path):
     mem.move(moved, t)  # leaves the doomed subtree before the erasure
     mem.delete(secret)  # erases secret and `under`
 
-    report = mem.restore(seq=n)
+    report = mem.rewind(seq=n)
     # The erased nodes cannot come back; neither can what hung under them at #n.
     assert set(report.erased) == {secret.id, under.id, moved.id}
     assert {n.id for n in mem.nodes(include_archived=True)} == {t.id, keep.id}
@@ -672,35 +672,51 @@ def test_erasure_wins_over_time_travel(open_memory, clock, tmp_path: Path):
         assert needle not in cells
     assert_replays(mem)
     # `moved` was never erased: undoing the restore brings it back, under t.
-    mem.restore(seq=report.previous_seq)
+    mem.rewind(seq=report.previous_seq)
     assert mem.get(moved.id).parent_id == t.id
     with pytest.raises(NotFoundError):
         mem.get(secret.id)
     assert_replays(mem)
 
 
-def test_restore_arguments_are_checked_and_a_refused_call_logs_nothing(open_memory, clock, tmp_path: Path):
+def test_rewind_arguments_are_checked_and_a_refused_call_logs_nothing(open_memory, clock, tmp_path: Path):
     mem = open_memory(folder=tmp_path / "m")
     a = mem.add("Prefer a window seat", type="preference", parent=ROOT)
     mem.archive(a)
     before = len(ops_of(mem))
     for kwargs in ({}, {"seq": 1, "as_of": 1.0}):
         with pytest.raises(InvalidInputError, match="exactly one"):
-            mem.restore(**kwargs)
-    with pytest.raises(InvalidInputError, match="exactly one"):
-        mem.restore(a, seq=1)  # type: ignore[call-overload]
+            mem.rewind(**kwargs)
+    with pytest.raises(TypeError):
+        mem.rewind(1)  # type: ignore[misc]
     with pytest.raises(InvalidInputError, match=">= 0"):
-        mem.restore(seq=-1)
+        mem.rewind(seq=-1)
     with pytest.raises(InvalidInputError, match="past the end"):
-        mem.restore(seq=10**9)
+        mem.rewind(seq=10**9)
     with pytest.raises(InvalidTypeError):
-        mem.restore(seq="3")  # type: ignore[arg-type]
+        mem.rewind(seq="3")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError):
-        mem.restore(seq=True)
+        mem.rewind(seq=True)
     with pytest.raises(InvalidTypeError):
-        mem.restore(as_of=float("nan"))
+        mem.rewind(as_of=float("nan"))
     assert len(ops_of(mem)) == before
-    assert mem.restore(a).live  # the node form still works
+    assert mem.unarchive(a).live
+
+
+def test_restore_is_a_deprecated_alias_of_unarchive_and_rewind(open_memory, clock, tmp_path: Path):
+    mem = open_memory(folder=tmp_path / "m")
+    a = mem.add("靠窗的座位", type="preference", parent=ROOT)
+    mem.archive(a)
+    at = mem.stats().log_seq
+    with pytest.warns(DeprecationWarning, match="unarchive"):
+        assert mem.restore(a).live
+    with pytest.warns(DeprecationWarning, match="rewind"):
+        travel = mem.restore(seq=at)
+    assert travel.seq == at and not mem.get(a.id).live  # back to the archived state
+    before = len(ops_of(mem))
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidInputError, match="exactly one"):
+        mem.restore(a, seq=1)  # type: ignore[call-overload]
+    assert len(ops_of(mem)) == before
 
 
 def test_log_summaries_are_readable(open_memory, clock, tmp_path: Path):
@@ -712,7 +728,7 @@ def test_log_summaries_are_readable(open_memory, clock, tmp_path: Path):
     mem.retrieve("window")
     mem.checkpoint("before the move")
     mem.delete(e)
-    mem.restore(seq=1)
+    mem.rewind(seq=1)
     lines = [(o.op, P.describe(o)) for o in P.recent_ops(mem, 20)]
     assert lines[0] == ("add", "[task] 迁移订单数据库 (now active)")
     assert ("add", "(erased)") in lines and ("update", "(erased)") in lines

@@ -831,7 +831,7 @@ def test_archived_nodes_are_never_returned_and_restored_ones_are(open_memory, cl
         check_invariants(mem, recall, k=K, budget=mem.config.retrieval.budget_tokens, now=clock.now)
         assert ids["trv_hotel"] not in recall.ids
 
-    restored = mem.restore(ids["trv_hotel"])
+    restored = mem.unarchive(ids["trv_hotel"])
     assert restored.live
     assert ids["trv_hotel"] in mem.index.ids(mem.namespace)
     recall = mem.retrieve(query, k=K)
@@ -850,7 +850,7 @@ def test_archived_nodes_are_never_returned_and_restored_ones_are(open_memory, cl
         assert not trv_ids & set(recall.ids), named(recall, ids)
     assert mem.retrieve().nodes == ()
 
-    mem.restore(ids["trv"])
+    mem.unarchive(ids["trv"])
     recall = mem.retrieve("Which airline am I flying with to Japan?", k=K)
     assert recall.branches[0].branch_id == ids["trv"]
     assert {s.node.id: s.reason for s in recall.nodes}.get(ids["trv_airline"]) == "hit", named(recall, ids)

@@ -74,7 +74,7 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
             lambda: plain.update(notes[0], content=t["changed"], importance=0.9),
             lambda: plain.retrieve(t["queries"][0]),  # a read counted (written at once: flush_every 1)
             lambda: plain.archive(notes[1]),
-            lambda: kept.restore(notes[1]),
+            lambda: kept.unarchive(notes[1]),
             lambda: plain.delete(notes[3]),
         ]
 
@@ -212,7 +212,7 @@ def test_the_tree_changes_shape_on_adds_deletes_and_moves_only(open_memory: Any,
     mem.retrieve("TRV-88 住哪家酒店？")  # a read, written at once
     touched = where()
     assert touched[1] == added[1] and touched[0] > added[0]
-    steps = [lambda: mem.archive(note), lambda: mem.restore(note), lambda: mem.move(note, other),
+    steps = [lambda: mem.archive(note), lambda: mem.unarchive(note), lambda: mem.move(note, other),
              lambda: mem.delete(note)]
     for step in steps:
         before = where()

@@ -486,8 +486,8 @@ def test_a_read_only_handle_reads_and_changes_nothing(open_memory: OpenMemory, s
             lambda: reader.focus(ids["s0"]),
             lambda: reader.checkpoint("x"),
             lambda: reader.archive(ids["s0"]),
-            lambda: reader.restore(ids["s0"]),
-            lambda: reader.restore(seq=1),
+            lambda: reader.unarchive(ids["s0"]),
+            lambda: reader.rewind(seq=1),
             lambda: reader.delete(ids["s0"]),
             lambda: reader.forget(max_nodes=1),
             lambda: reader.erase(ids["s0"]),
@@ -512,8 +512,8 @@ def test_a_write_handle_writes_but_does_not_administer(open_memory: OpenMemory, 
     try:
         fact = w.add("a fact", type="fact", parent=task.id)
         w.archive(fact)
-        w.restore(fact.id)
-        for call in (lambda: w.restore(seq=1), lambda: w.reindex(), lambda: w.erase_namespace()):
+        w.unarchive(fact.id)
+        for call in (lambda: w.rewind(seq=1), lambda: w.reindex(), lambda: w.erase_namespace()):
             with pytest.raises(AccessDeniedError):
                 call()
         assert len(w.nodes()) == 2
@@ -588,7 +588,7 @@ def test_time_travel_and_an_altered_log_entry_in_an_encrypted_memory(
         ids = _fill(mem)
         seq = mem.stats().log_seq
         mem.update(ids["s0"], content="rewritten Wombatfield")
-        mem.restore(seq=seq)
+        mem.rewind(seq=seq)
         assert mem.get(ids["s0"]).content == SECRETS[0]
         assert ids["s0"] in [s.node.id for s in mem.retrieve("passport E98127734", k=3).nodes]
         last = mem.stats().log_seq

@@ -522,11 +522,11 @@ class MemoryTreeMachine(RuleBasedStateMachine):
         before = self.snapshot()
         if m is None:
             with pytest.raises(NotFoundError):
-                self.mem.restore(target)
+                self.mem.unarchive(target)
             self.expect_unchanged(before)
             return
         if m.status == "live":
-            assert self.mem.restore(target).id == target
+            assert self.mem.unarchive(target).id == target
             self.expect_unchanged(before)
             return
         # The node, its archived ancestors, and its descendants taken by the same archive.
@@ -535,7 +535,7 @@ class MemoryTreeMachine(RuleBasedStateMachine):
                  and (d == target or self.nodes[d].op == m.op)]
         if len(back) > 1:
             event("restore: brought back ancestors or descendants too")
-        node = self.mem.restore(target)
+        node = self.mem.unarchive(target)
         assert node.id == target and node.live
         for n in back:
             self.nodes[n].status, self.nodes[n].op = "live", None
@@ -772,7 +772,7 @@ def test_forget_delete_takes_the_archived_children_of_a_forgotten_leaf(open_memo
     assert set(report.deleted) == {leaf.id, child.id}
     assert {n.id for n in mem.nodes(include_archived=True)} == {task.id}
     with pytest.raises(NotFoundError):
-        mem.restore(child)  # it went with its parent; before the fix it came back as an orphan
+        mem.unarchive(child)  # it went with its parent; before the fix it came back as an orphan
 
 
 def test_long_terms_sharing_a_64_character_prefix(open_memory: Any) -> None:

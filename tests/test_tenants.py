@@ -236,7 +236,7 @@ FOREIGN: dict[str, ForeignCall] = {
     "move": lambda m, x, own, flag: m.move(x, own if own is not None and flag else ROOT),
     "move-under": lambda m, x, own, flag: m.move(own, x) if own is not None else m.move(x, ROOT),
     "archive": lambda m, x, own, flag: m.archive(x),
-    "restore": lambda m, x, own, flag: m.restore(x),
+    "restore": lambda m, x, own, flag: m.unarchive(x),
     "delete": lambda m, x, own, flag: m.delete(x),
     "erase": lambda m, x, own, flag: m.erase(x, compact=False),
     "add-under": lambda m, x, own, flag: m.add(POOL[3], type="fact", parent=x),
@@ -475,7 +475,7 @@ class TenantMachine(RuleBasedStateMachine):
             "move": lambda: t.mem.move(x, y),
             "move-root": lambda: t.mem.move(x, ROOT),
             "archive": lambda: t.mem.archive(x),
-            "restore": lambda: t.mem.restore(archived[b % len(archived)] if archived else x),
+            "restore": lambda: t.mem.unarchive(archived[b % len(archived)] if archived else x),
             "delete": lambda: t.mem.delete(every[a % len(every)]),
             "checkpoint": lambda: t.mem.checkpoint(f"checked {t.en}"),
             "erase": lambda: t.mem.erase(every[a % len(every)], compact=value < 0.5),
@@ -547,13 +547,13 @@ class TenantMachine(RuleBasedStateMachine):
         seq = ops[which % len(ops)].seq
         self.call("restore(seq=)")
         try:
-            result = t.mem.restore(seq=seq)
+            result = t.mem.rewind(seq=seq)
         except InvalidInputError:
-            assert s is not t, f"{t.ns!r}.restore(seq={seq}) of its own log position was refused"
+            assert s is not t, f"{t.ns!r}.rewind(seq={seq}) of its own log position was refused"
             result = None
         if result is not None:
             self.assert_own(t, [*result.changed, *result.added, *result.removed, *result.erased],
-                            f"{t.ns!r}.restore(seq={seq})")
+                            f"{t.ns!r}.rewind(seq={seq})")
         self.refresh(t)
 
     # -- retrieval, counts, export --------------------------------------------------------
@@ -823,7 +823,7 @@ def shared_history(open_memory: Any, tmp_path: Path) -> tuple[MemoryTree, Memory
     written = [task, a.add(POOL[1], type="event", parent=task), a.add(POOL[2], type="fact", parent=task)]
     last = a.stats().log_seq
     a.export(tmp_path / "a.jsonl", include_log=True)
-    a.restore(seq=0)
+    a.rewind(seq=0)
     e.import_(tmp_path / "a.jsonl")
     assert set(view_of(e).nodes) == {n.id for n in written} and view_of(a).nodes == {}
     return a, e, written, last
@@ -848,7 +848,7 @@ def test_time_travel_onto_ids_another_tenant_holds_is_a_conflict(open_memory: An
     a, e, _, last = shared_history(open_memory, tmp_path)
     before_a, before_e = view_of(a), view_of(e)
     with pytest.raises(HybridMemoryError) as info:
-        a.restore(seq=last)
+        a.rewind(seq=last)
     assert view_of(a) == before_a and view_of(e) == before_e
     assert isinstance(info.value, (ConflictError, NamespaceError)), f"{type(info.value).__name__}: {info.value}"
 

@@ -61,7 +61,7 @@ def test_the_counts_follow_every_kind_of_write(open_memory: Any, tmp_path: Path)
     assert after[(mem.namespace, "fuser")] == 1
     mem.archive(zh_note)
     assert (mem.namespace, "酒店") not in _agree(mem)  # its only holder is archived
-    mem.restore(zh_note)
+    mem.unarchive(zh_note)
     assert _agree(mem)[(mem.namespace, "酒店")] == 1
     mem.delete(one)
     assert (mem.namespace, "fuser") not in _agree(mem)
@@ -75,7 +75,7 @@ def test_the_counts_follow_every_kind_of_write(open_memory: Any, tmp_path: Path)
     copy = open_memory(namespace="copy", folder=tmp_path / "copy")
     copy.import_(snapshot)
     assert _agree(copy) == {("copy", t): n for (_, t), n in _agree(mem).items()}
-    mem.restore(seq=first)  # back to the first write: the ticket alone
+    mem.rewind(seq=first)  # back to the first write: the ticket alone
     kept = _agree(mem)
     assert kept[(mem.namespace, "printer")] == 1
 

@@ -315,7 +315,7 @@ def create_app(
     @app.post("/v1/{namespace}/nodes/{node_id}/restore", response_model=NodeOut, tags=["write"])
     def restore(namespace: str, node_id: str, who: ApiKey = Who, session: str = Session) -> NodeOut:
         with memory(who, session) as mem:
-            return NodeOut.of(mem.restore(node_id))
+            return NodeOut.of(mem.unarchive(node_id))
 
     @app.delete("/v1/{namespace}/nodes/{node_id}", response_model=IdsOut, tags=["write"])
     def delete(namespace: str, node_id: str, who: ApiKey = Who, session: str = Session) -> IdsOut:
