@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybrid_memory.embed import Embedder, SentenceTransformerEmbedder  # noqa: E402
-from hybrid_memory.embed_use import UniversalSentenceEncoderEmbedder  # noqa: E402
+from hybrid_memory.embed.use import UniversalSentenceEncoderEmbedder  # noqa: E402
 from hybrid_memory.errors import ConfigError  # noqa: E402
 
 ZH_SUBJECTS = ["报销单", "发票", "出差申请", "会议纪要", "部署脚本", "数据库迁移", "季度预算", "客户合同"]

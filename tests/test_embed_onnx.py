@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
 
 from hybrid_memory import Config, ConfigError, MemoryTree, NodeType, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.embed import bundled_model_path, make_embedder  # noqa: E402
-from hybrid_memory.embed_onnx import RETRY_AFTER_S, OnnxEmbedder, failed_marker, read_pipeline  # noqa: E402
+from hybrid_memory.embed.onnx_model import RETRY_AFTER_S, OnnxEmbedder, failed_marker, read_pipeline  # noqa: E402
 
 ENGLISH = [
     "Expense claim for Zhang San (R&D), submitted on March 3rd.",
@@ -251,7 +251,7 @@ def test_embedding_imports_neither_torch_nor_transformers(onnx: OnnxEmbedder) ->
 def test_two_processes_exporting_at_once_leave_one_good_file(onnx: OnnxEmbedder, tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from hybrid_memory.embed_onnx import OnnxEmbedder\n"
+        "from hybrid_memory.embed.onnx_model import OnnxEmbedder\n"
         "e = OnnxEmbedder(cache_dir=sys.argv[1])\n"
         "print(e.embed(['why was the claim sent back?'])[0, :4].tolist())\n"
     )
@@ -284,7 +284,7 @@ def test_a_damaged_export_is_exported_again(onnx: OnnxEmbedder, tmp_path: Path, 
         at = int(len(data) * 0.8)
         data[at : at + (1 << 20)] = b"\xff" * (1 << 20)
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="hybrid_memory.embed_onnx"):
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.embed.onnx_model"):
         fixed = OnnxEmbedder(cache_dir=cache)
         got = fixed.embed(ENGLISH[:5])
     assert "unusable" in caplog.text

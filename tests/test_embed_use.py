@@ -24,7 +24,7 @@ from hybrid_memory import (  # noqa: E402
     SentenceTransformerEmbedder,
 )
 from hybrid_memory.embed import make_embedder  # noqa: E402
-from hybrid_memory.embed_use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder  # noqa: E402
+from hybrid_memory.embed.use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder  # noqa: E402
 
 USE_CONFIG = Config.load(overrides={"embedding": {"model": USE_MULTILINGUAL}})
 

@@ -221,7 +221,7 @@ def test_an_embedder_that_keeps_the_interpreter_lock_embeds_in_the_caller(open_m
 
 def test_the_bundled_runtimes_say_whether_they_release_the_interpreter_lock(embedder):
     from hybrid_memory.embed import SentenceTransformerEmbedder
-    from hybrid_memory.embed_onnx import OnnxEmbedder
+    from hybrid_memory.embed.onnx_model import OnnxEmbedder
 
     assert SentenceTransformerEmbedder.releases_gil is False
     assert OnnxEmbedder().releases_gil is True  # onnxruntime is installed with the project

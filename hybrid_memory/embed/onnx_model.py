@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .embed import BUNDLED, Embedder, Vectors, bundled_model_path
-from .errors import ConfigError
+from ..errors import ConfigError
+from .base import BUNDLED, Embedder, Vectors, bundled_model_path
 
 log = logging.getLogger(__name__)
 

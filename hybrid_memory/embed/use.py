@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .embed import Vectors
-from .errors import ConfigError
+from ..errors import ConfigError
+from .base import Vectors
 
 #: The ``embedding.model`` setting that selects this embedder.
 USE_MULTILINGUAL = "use-multilingual"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .embed import Embedder, Vectors
+from .base import Embedder, Vectors
 
 #: What joins the two model names in ``embedding.model``.
 SEPARATOR = "+"

