@@ -57,6 +57,7 @@ from .model import (
     path_ids,
     tree_order,
 )
+from .progress import progress_bar
 from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
 from .retrieval import Retriever
 from .store.sql import FORGET_COLUMNS, SqlStore, node_from_row, to_blob
@@ -807,7 +808,13 @@ class MemoryTree:
         self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
         return seq
 
-    # -- portability: time travel, export, import (logic in portability.py) --------
+    # -- portability: time travel, export, import (logic in portability/) ----------
+
+    def _host(self) -> portability.Host:
+        """This handle as time travel, export and import use it."""
+        return portability.Host(store=self.store, namespace=self.namespace, session=self.session, config=self.config,
+                                embedder=self.embedder, folder=self.folder, clock=self._clock, flush=self.flush,
+                                drain=self._drain)
 
     def unarchive(self, node: NodeRef) -> Node:
         """Bring an archived node back, with its archived ancestors and what was archived with it."""
@@ -824,7 +831,7 @@ class MemoryTree:
         if (seq is None) == (as_of is None):
             raise InvalidInputError("rewind: give exactly one of seq= or as_of=")
         self._allow("admin", "rewind")
-        return portability.time_travel(self, seq=seq, as_of=as_of)
+        return portability.time_travel(self._host(), seq=seq, as_of=as_of)
 
     @overload
     def restore(self, node: NodeRef) -> Node: ...
@@ -851,7 +858,7 @@ class MemoryTree:
         (with their embeddings), cursors, checkpoints and, with ``include_log``, the
         operation log. Written atomically."""
         self._live_check()
-        done = portability.export(self, path, include_log=include_log)
+        done = portability.export(self._host(), path, include_log=include_log)
         self._audit("export", [], {"nodes": done.nodes, "checkpoints": done.checkpoints, "ops": done.ops})
         return done
 
@@ -860,7 +867,7 @@ class MemoryTree:
         """Load a snapshot written by :meth:`export` into this memory, which must be
         empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
         self._live_check()
-        done = portability.import_(self, path)
+        done = portability.import_(self._host(), path)
         self._uncut = self._cut_left()
         return done
 
@@ -963,7 +970,7 @@ class MemoryTree:
         this memory was opened with; see :func:`hybrid_memory.safety.rotate_key`."""
         self._live_check()
         self.flush()
-        bar = portability._progress(None, "rotate-key") if progress else None
+        bar = progress_bar(None, "rotate-key") if progress else None
 
         def report(done: int, total: int) -> None:
             if bar is not None:

@@ -27,6 +27,7 @@ from hybrid_memory import (
     Status,
 )
 from hybrid_memory import portability as P
+from hybrid_memory.portability import snapshot
 from hybrid_memory.store.sql import checkpoints, cursors, nodes, oplog
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -399,7 +400,7 @@ def test_export_is_atomic(open_memory, tmp_path: Path, monkeypatch):
     mem.add_many([dict(content=f"Fact {i} about the release train", type="fact", parent=ROOT) for i in range(10)])
     file = tmp_path / "snap.jsonl"
     file.write_text("previous export\n", encoding="utf-8")
-    real = P._node_line
+    real = P.node_line
     seen = {"n": 0}
 
     def failing(m: Any) -> dict[str, Any]:
@@ -408,7 +409,7 @@ def test_export_is_atomic(open_memory, tmp_path: Path, monkeypatch):
             raise OSError("no space left on device")
         return real(m)
 
-    monkeypatch.setattr(P, "_node_line", failing)
+    monkeypatch.setattr(snapshot, "node_line", failing)
     with pytest.raises(Exception, match="no space left"):
         mem.export(file)
     assert file.read_text(encoding="utf-8") == "previous export\n"
