@@ -268,7 +268,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
           f"{len(r.added)} brought back, {len(r.removed)} removed")
     if r.erased:
         print(f"{len(r.erased)} node(s) erased since stay gone: " + ", ".join(short_id(i) for i in r.erased[:10]))
-    print(f"undo with: restore --seq {r.previous_seq}")
+    print(f"undo with: rewind --seq {r.previous_seq}")
     return 0
 
 
@@ -311,6 +311,21 @@ def _add_portability_commands(sub: Any) -> None:
     g.add_argument("--seq", type=int, default=None, help="operation-log position to go back to (see: log)")
     g.add_argument("--as-of", default=None, help="a time: seconds since the epoch or an ISO date-time")
     r.set_defaults(func=cmd_restore)
+
+    u = sub.add_parser("unarchive", help="bring an archived node back",
+                       description="Bring an archived node back, with its archived ancestors and what was "
+                                   "archived with it (the same as restore NODE).")
+    u.add_argument("node", help="archived node id or unique prefix")
+    u.set_defaults(func=cmd_restore, seq=None, as_of=None)
+
+    w = sub.add_parser("rewind", help="bring the whole memory back to a point of its log",
+                       description="Bring the whole memory back to a position of its operation log, or to where it "
+                                   "stood at a time, in one transaction (erased nodes stay gone; the same as "
+                                   "restore --seq / --as-of).")
+    wg = w.add_mutually_exclusive_group(required=True)
+    wg.add_argument("--seq", type=int, default=None, help="operation-log position to go back to (see: log)")
+    wg.add_argument("--as-of", default=None, help="a time: seconds since the epoch or an ISO date-time")
+    w.set_defaults(func=cmd_restore, node=None)
 
     lg = sub.add_parser("log", help="recent operations",
                         description="Print the most recent operations: position, time, operation, node, summary.")

@@ -86,24 +86,24 @@ def test_export_import_log_restore(capsys: pytest.CaptureFixture[str], tmp_path:
     with MemoryTree.open(folder, namespace="cli") as mem:
         mem.update(ev, content="The claim was approved")
         mem.archive(task)
-    code, out, _ = run(capsys, folder, "restore", "--seq", "3")
+    code, out, _ = run(capsys, folder, "rewind", "--seq", "3")
     assert code == 0 and out.startswith("restored the memory to log #3")
     undo = out.splitlines()[-1]
-    assert undo.startswith("undo with: restore --seq ")
+    assert undo.startswith("undo with: rewind --seq ")
     code, out, _ = run(capsys, folder, "tree")
     assert out == tree_a
     code, out, _ = run(capsys, folder, "log", "-n", "1")
     assert "time_travel" in out and "back to #3" in out
 
-    # Undo it.
+    # Undo it (restore --seq: the older spelling of rewind).
     code, out, _ = run(capsys, folder, "restore", "--seq", undo.split()[-1])
     assert code == 0
     with MemoryTree.open(folder, namespace="cli") as mem:
         assert mem.get(task).status is Status.ARCHIVED
         assert mem.get(ev).content == "The claim was approved"
 
-    # restore NODE: the archived node form.
-    code, out, _ = run(capsys, folder, "restore", short_id(task))
+    # unarchive NODE (restore NODE does the same).
+    code, out, _ = run(capsys, folder, "unarchive", short_id(task))
     assert code == 0 and out.startswith(f"restored {task}")
     with MemoryTree.open(folder, namespace="cli") as mem:
         assert mem.get(task).live
@@ -127,6 +127,11 @@ def test_restore_argument_errors(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert code == 2 and "past the end" in err
     code, _, err = run(capsys, folder, "restore", "--as-of", "yesterday")
     assert code == 2 and "ISO date-time" in err
+    code, _, err = run(capsys, folder, "rewind", "--as-of", "yesterday")
+    assert code == 2 and "ISO date-time" in err
+    for args in (["rewind"], ["unarchive"], ["rewind", "--seq", "1", "--as-of", "0"]):
+        with pytest.raises(SystemExit):
+            run(capsys, folder, *args)
     with pytest.raises(SystemExit):
         run(capsys, folder, "restore", "--seq", "1", "--as-of", "5")
     capsys.readouterr()
