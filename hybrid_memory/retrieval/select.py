@@ -129,11 +129,17 @@ class Shown:
         self.size, self.fetch, self.qvec, self.idf, self.dense_mix = size, fetch, qvec, idf or {}, dense_mix
         self.held: dict[str, Passages] = {}
         self._spans: dict[str, tuple[int, int] | None] = {}
+        self._long: dict[str, bool] = {}  # node id -> whether it is long (its tokens counted once)
+
+    def is_long(self, node: Node) -> bool:
+        if node.id not in self._long:
+            self._long[node.id] = passages.is_long(node.content, self.size)
+        return self._long[node.id]
 
     def prefetch(self, nodes: Sequence[Node]) -> None:
         """Read the stored passages of the long ones of ``nodes``, in one read."""
         if self.fetch is not None and self.qvec is not None:
-            long = sorted(n.id for n in nodes if passages.is_long(n.content, self.size))
+            long = sorted(n.id for n in nodes if self.is_long(n))
             if long:
                 self.held.update(self.fetch(long))
 
@@ -141,7 +147,7 @@ class Shown:
         if node.id not in self._spans:
             content = node.content
             span: tuple[int, int] | None = None
-            if passages.is_long(content, self.size):
+            if self.is_long(node):
                 held = self.held.get(node.id)
                 if held is not None and self.qvec is not None:
                     span = held.spans[passages.choose(content, held, self.qvec, self.idf, self.dense_mix)[0]]
