@@ -338,6 +338,7 @@ def _print_drift(drift: Drift, *, verb: str) -> None:
     print(f"vectors of archived or deleted nodes  {len(drift.extra)}")
     print(f"stale vectors        {len(drift.stale)}")
     print(f"pending index work   {drift.pending}")
+    print(f"vectors out of context  {len(drift.out_of_context)}")
     print(f"corrupt log entries  {len(drift.corrupt_log)}")
     print(f"miscounted terms     {drift.term_counts}")
     print(verb)

@@ -201,6 +201,9 @@ class Drift:
     stale: tuple[str, ...] = ()
     #: Index operations committed but not yet applied.
     pending: int = 0
+    #: Nodes whose vector was read with a path that has changed since (an ancestor
+    #: renamed, the subtree moved) and waits to be read again with the current one.
+    out_of_context: tuple[str, ...] = ()
     #: Operation-log entries whose payload cannot be read.
     corrupt_log: tuple[int, ...] = ()
     #: Lexical terms whose kept document frequency differs from their postings
@@ -209,7 +212,8 @@ class Drift:
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.extra or self.stale or self.pending or self.corrupt_log or self.term_counts)
+        return not (self.missing or self.extra or self.stale or self.pending or self.out_of_context or self.corrupt_log
+                    or self.term_counts)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection
 
+from . import context
 from .model import Drift
 from .store.sql import EMBED, SqlStore
 from .store.vectors import VectorIndex
@@ -163,6 +164,7 @@ def verify(store: SqlStore, index: VectorIndex, namespace: str) -> Drift:
         extra=tuple(sorted(indexed - live)),
         stale=tuple(stale),
         pending=pending,
+        out_of_context=context.waiting(store, namespace),
         corrupt_log=tuple(corrupt_log_entries(store, namespace)),
         term_counts=term_counts,
     )

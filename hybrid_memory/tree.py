@@ -22,7 +22,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from . import _validate as check
-from . import passages, portability, retokenize, safety, text
+from . import context, passages, portability, retokenize, safety, text
 from .config import Config
 from .crypto import Keyring
 from .embed import DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, make_embedder
@@ -32,6 +32,7 @@ from .errors import (
     ConfigError,
     ConflictError,
     CycleError,
+    HybridMemoryError,
     InvalidInputError,
     InvalidTypeError,
     NamespaceError,
@@ -60,7 +61,7 @@ from .model import (
 from .progress import progress_bar
 from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
 from .retrieval import Retriever
-from .store.sql import FORGET_COLUMNS, SqlStore, node_from_row, to_blob
+from .store.sql import EMBED, FORGET_COLUMNS, SqlStore, node_from_row, to_blob
 from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight_array
 from .writing import (
@@ -83,8 +84,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: transaction reads what needs no vector (parents, twins' candidates, child
 #: counts); a single ``add`` then costs about its embedding plus the commit.
 READ_AHEAD_ITEMS = 8
+
 #: How long a write waits for the worker to start its embedding (see _embed_overlapped).
 _HANDOFF_S = 0.002
+
+
+def _same(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return vectors
 
 
 def _requires(role: str) -> Callable[[F], F]:
@@ -163,7 +169,9 @@ class MemoryTree:
         self._check_embedder()
         self._check_branch_mode()
         retokenize.check_terms(self.store, self.namespace)
+        context.check_version(self.store, self.namespace)
         self._unembedded = self._embed_left()
+        self._out_of_context = self._context_left()
         self._uncut = self._cut_left()
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._open_problems()
@@ -176,25 +184,39 @@ class MemoryTree:
         if self._fault_hook is not None:
             self._fault_hook(point)
 
-    def _embed_left(self) -> str:
+    def _embed_left(self, *, strict: bool = False) -> str:
         """Embed the nodes that were committed before their vector and lost it (a crash
         between the two commits of a single add, or a power cut that took the second
-        back): each is stored with its vector, and its index write goes to the outbox.
-        Returns the problem to report when the embedder fails ("" otherwise)."""
+        back), or whose path changed before their write (``Written.misread``): each is
+        stored with its vector read in context, and its index write goes to the
+        outbox. Returns the problem to report when the embedder fails ("" otherwise;
+        ``strict``: raises it)."""
         with self.store.reading() as conn:
             left = self.store.unembedded(conn, self.store.embed_waiting(conn, self.namespace))
             rows = self.store.get_many(conn, sorted(left))
+            above = context.ancestors(self.store, conn, [r.path for r in rows.values()])
         if not rows:
             return ""
         ids = list(rows)
         try:
-            vectors = self.embedder.embed([rows[i].content for i in ids])
+            vectors = context.embed(self.embedder, [(rows[i].content, above[rows[i].path]) for i in ids])
         except Exception as exc:  # the memories are there, found by their words: open anyway
+            if strict:
+                raise
             return f"{len(ids)} memories wait for their vectors (the embedder failed: {exc})"
         self._embedded = True
         pairs = [(i, to_blob(v)) for i, v in zip(ids, vectors, strict=True)]
         self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs))
         log.info("embedded %d memories committed before their vectors (namespace %r)", len(pairs), self.namespace)
+        return ""
+
+    def _context_left(self) -> str:
+        """Read again the vectors whose path changed before a crash (or since an earlier
+        version made them). Returns the problem to report when the embedder fails."""
+        try:
+            context.refresh(self.store, self.embedder, self.namespace)
+        except Exception as exc:  # each keeps its earlier vector meanwhile
+            return f"vectors wait to be read again with their changed path (the embedder failed: {exc})"
         return ""
 
     def _cut_left(self) -> str:
@@ -246,7 +268,7 @@ class MemoryTree:
                     problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
             except Exception as exc:  # the index is derived: report, keep serving from the store
                 problems.append(f"the vector index cannot be read ({exc}): run reindex()")
-        for left in (self._unembedded, self._uncut):
+        for left in (self._unembedded, self._out_of_context, self._uncut):
             if left:
                 problems.append(f"{left}: reopen with a working embedder")
         bad = corrupt_log_entries(self.store, self.namespace, last_only=True)
@@ -512,19 +534,24 @@ class MemoryTree:
         keys = [p.key for p in prepared if p.key is not None]
         if len(keys) != len(set(keys)):
             raise InvalidInputError("add_many: item keys must be unique")
-        vectors = self._embed_overlapped([p.content for p in prepared])
+        paths = self._writer.paths(prepared)
+        texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)])
+        vectors = self._embed_overlapped(texts, combine, len(prepared))
 
         def run(conn: Connection) -> Written:
-            return self._writer.write_batch(conn, prepared, vectors)
+            return self._writer.write_batch(conn, prepared, vectors, paths)
 
         written = self._write_flushing(run)
         self._writer.settle(written)  # the vectors of what was committed before them
+        if written.misread:
+            self._embed_left(strict=True)
         result = written.nodes
         self._cut(n for n in result if not n.merged)
         self._drain(sum(not n.merged for n in result))  # a merge writes no vector
         return result
 
-    def _embed_overlapped(self, texts: list[str]) -> np.ndarray[Any, Any] | Embedding:
+    def _embed_overlapped(self, texts: list[str], then: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] = _same,
+                          items: int | None = None) -> np.ndarray[Any, Any] | Embedding:
         """The vectors of ``texts``. A batch of at most :data:`READ_AHEAD_ITEMS` is
         embedded on this handle's worker thread while the write transaction reads
         what needs no vector (the embedders release the interpreter lock while they
@@ -534,20 +561,22 @@ class MemoryTree:
         through it would stall other writers, and its reads are a small share of
         it. So is the handle's first embedding, which may load the model, and every
         embedding of an embedder that keeps the interpreter lock while it computes
-        (``releases_gil = False``: sentence-transformers on torch)."""
+        (``releases_gil = False``: sentence-transformers on torch). ``then`` maps the
+        embeddings to the vectors wanted (see :func:`context.plan`), ``items`` of them
+        (as many as the texts when not given)."""
         known = getattr(self.embedder, "known", None)
         if known is not None and (held := known(texts)) is not None:
-            return np.asarray(held)
-        if len(texts) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded \
+            return then(np.asarray(held))
+        if (len(texts) if items is None else items) > READ_AHEAD_ITEMS or not self.config.write.overlap_embedding or not self._embedded \
                 or not self._overlaps:
             vectors = self.embedder.embed(texts)
             self._embedded = True
-            return vectors
+            return then(vectors)
         started = threading.Event()
 
         def run() -> np.ndarray[Any, Any]:
             started.set()
-            return self.embedder.embed(texts)
+            return then(self.embedder.embed(texts))
 
         try:
             future = self._worker.submit(run)
@@ -621,7 +650,10 @@ class MemoryTree:
         if not values:
             raise InvalidInputError("update: nothing to change")
         now = self._now(ts)
-        vec = self.embedder.embed([values["content"]])[0] if "content" in values else None
+        vec, above = None, context.Path()
+        if "content" in values:
+            above = self._above(node)
+            vec = context.embed(self.embedder, [(values["content"], above)])[0]
 
         def run(conn: Connection) -> Node:
             row = self._writer.row(conn, node, live=True, lock=True)
@@ -629,13 +661,17 @@ class MemoryTree:
                 raise ConflictError(f"node {row.id} is at version {row.version}, not {expected_version}")
             changes = dict(values, version=row.version + 1, updated_at=now)
             if vec is not None:
+                # Read in another path than the node's now: stored later, as a late vector.
+                moved = context.ancestors(self.store, conn, [row.path])[row.path] != above
                 changes.update(
                     content_hash=self.store.content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
-                    embedding=to_blob(vec), embed_model=self.embedder.name,
+                    embedding=b"" if moved else to_blob(vec), embed_model=self.embedder.name,
                 )
                 self.store.unindex_terms(conn, [row.id])
                 self.store.index_terms(conn, self.namespace, row.id, text.term_counts(values["content"]))
-                self.store.enqueue(conn, self.namespace, [row.id], "upsert")
+                self.store.enqueue(conn, self.namespace, [row.id], EMBED if moved else "upsert")
+                context.mark(self.store, conn, self.namespace, context.below(conn, self.namespace, row.path,
+                                                                             inclusive=False))
                 passages.drop(conn, [row.id])
             self.store.update_node(conn, row.id, **changes)
             self.store.log(conn, self.namespace, self.session, now, "update", row.id,
@@ -644,9 +680,33 @@ class MemoryTree:
 
         result = self._write_flushing(run)
         if vec is not None:
+            self._embed_left(strict=True)
+            self._refresh_context()
             self._cut([result])
         self._drain()
         return result
+
+    def _above(self, node: NodeRef) -> context.Path:
+        """The contents above ``node`` now, root first (none when it is not found: the
+        write that asks raises it)."""
+        with self.store.reading() as conn:
+            try:
+                row = self._writer.row(conn, node)
+            except HybridMemoryError:
+                return ()
+            return context.ancestors(self.store, conn, [row.path])[row.path]
+
+    def _refresh_context(self) -> None:
+        """Read again, in their current path, the vectors marked as read in another.
+        A failure is not the caller's (its change is committed): the marked nodes keep
+        their vectors, ``verify()`` lists them, and the next open or repair reads them."""
+        try:
+            replaced = context.refresh(self.store, self.embedder, self.namespace)
+        except Exception as exc:
+            log.warning("vectors below a changed path wait to be read again (%s): reopen or repair", exc)
+            return
+        if replaced:
+            self._drain(replaced)
 
     @_requires("write")
     def feedback(
@@ -745,11 +805,15 @@ class MemoryTree:
                 )
             if parent is not None:
                 self.store.touch(conn, path_ids(parent.path), "active_at", now)
+            if parent is not None or row.parent_id is not None:
+                context.mark(self.store, conn, self.namespace, [r.id for r in sub])
             self.store.log(conn, self.namespace, self.session, now, "move", row.id,
                            {"parent": None if parent is None else parent.id, "branch_by": mode})  # portability: replay regroups
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
-        return self.store.write(run)
+        moved = self.store.write(run)
+        self._refresh_context()
+        return moved
 
     @_requires("write")
     def focus(self, node: NodeRef) -> Node:
@@ -831,7 +895,9 @@ class MemoryTree:
         if (seq is None) == (as_of is None):
             raise InvalidInputError("rewind: give exactly one of seq= or as_of=")
         self._allow("admin", "rewind")
-        return portability.time_travel(self._host(), seq=seq, as_of=as_of)
+        travelled = portability.time_travel(self._host(), seq=seq, as_of=as_of)
+        self._refresh_context()
+        return travelled
 
     @overload
     def restore(self, node: NodeRef) -> Node: ...
@@ -868,6 +934,7 @@ class MemoryTree:
         empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
         self._live_check()
         done = portability.import_(self._host(), path)
+        self._out_of_context = self._context_left()
         self._uncut = self._cut_left()
         return done
 
@@ -1172,10 +1239,12 @@ class MemoryTree:
         self._live_check()
         self._unindexed = 0
         self._unembedded = self._embed_left()  # memories a crash or a failed embedder left without vectors
+        waiting = context.waiting(self.store, self.namespace)
+        self._out_of_context = self._context_left()  # vectors read with a path that changed
         self._uncut = self._cut_left()  # long memories without their passages
         drift = repair(self.store, self._index, self.namespace, self._fault)
         self._problems = self._open_problems()
-        return drift
+        return replace(drift, out_of_context=waiting)
 
     @_requires("admin")
     def reindex(self, *, progress: bool = False) -> int:

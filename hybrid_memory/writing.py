@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy.engine import Connection, Row
 
 from . import _validate as check
-from . import text
+from . import context, text
 from .config import Config
 from .embed import Embedder
 from .errors import (
@@ -148,8 +148,49 @@ class Writer:
             log.warning("dedup lookup skipped: vector index unavailable (%s)", exc)
             return [[] for _ in range(len(vectors))]
 
+    def paths(self, prepared: Sequence[Prepared]) -> list[context.Path]:
+        """The contents above where each item will go, read before the batch's
+        transaction so that the items are embedded in context while it reads. The
+        write checks each against what it finds (:meth:`_Seen.above`)."""
+        refs: set[str] = set()
+        for p in prepared:
+            try:
+                if isinstance(p.parent, (Node, str)):
+                    refs.add(self.node_id(p.parent))
+            except HybridMemoryError:
+                pass  # (the write raises it)
+        with self.store.reading() as conn:
+            active = self.store.get_cursor(conn, self.namespace, self.session)
+            rows = self.store.get_many(conn, refs | ({active} if active is not None else set()))
+            above = context.ancestors(self.store, conn, [r.path for r in rows.values()])
+
+        def under(node_id: str | None, *, live: bool = False) -> context.Path:
+            row = rows.get(node_id) if node_id is not None else None
+            if row is None or row.namespace != self.namespace or (live and row.status != Status.LIVE.value):
+                return ()
+            return (*above[row.path], row.content)
+
+        current = under(active, live=True)
+        by_key: dict[str, context.Path] = {}
+        out: list[context.Path] = []
+        for p in prepared:
+            if isinstance(p.parent, Root):
+                path: context.Path = ()
+            elif p.parent is None:
+                path = current
+            elif isinstance(p.parent, str) and p.parent in by_key:
+                path = by_key[p.parent]
+            else:
+                path = under(p.parent.id if isinstance(p.parent, Node) else p.parent)
+            out.append(path)
+            if p.key is not None:
+                by_key[p.key] = (*path, p.content)
+            if p.type is NodeType.TASK and self.config.write.focus_new_tasks:
+                current = (*path, p.content)
+        return out
+
     def write_batch(self, conn: Connection, prepared: Sequence[Prepared],
-                    vectors: np.ndarray[Any, Any] | Embedding) -> Written:
+                    vectors: np.ndarray[Any, Any] | Embedding, paths: Sequence[context.Path]) -> Written:
         """Write ``prepared`` in ``conn``'s transaction: each item becomes a new node or
         reinforces its twin. Statements are gathered per kind and written together
         (:class:`_Pending`); a twin to reinforce writes the gathered ones first (it may
@@ -160,7 +201,11 @@ class Writer:
         items wait for it. A single item that :meth:`_settled_by_words` settles waits
         for nothing: it is written with the empty blob and an EMBED outbox row, the
         transaction commits while the embedder runs, and :meth:`settle` stores the
-        vector (``Written.late``)."""
+        vector (``Written.late``).
+
+        ``vectors`` are the items read with ``paths`` (:meth:`paths`). An item whose
+        path the transaction finds changed is written without its vector, as one
+        committed before it, and embedded after the commit (``Written.misread``)."""
         ns, cfg = self.namespace, self.config
         active_id = self.store.get_cursor(conn, ns, self.session)
         seen = _Seen(self, conn, prepared, active_id)
@@ -189,6 +234,7 @@ class Writer:
         # Rows written earlier in this batch, by (branch, type): the only ones a twin can be.
         written = _Earlier(term_sets, cfg.dedup.lexical)
         out: list[Node] = []
+        misread: list[str] = []
         for at, (p, vec, counts, term_set) in enumerate(zip(prepared, rows, all_counts, term_sets, strict=True)):
             parent_row = self._resolve_parent(seen, p.parent, by_key, active_id)
             twin: RowMap | None = None
@@ -212,13 +258,18 @@ class Writer:
                 pinfo = seen.branch_info(parent_row)
             self._check_limits(conn, fanout, None if parent_row is None else parent_row["id"], depth)
             branch = branch_info_for(node_id, p.type, pinfo, cfg.write.branch_by)[0]
+            above = () if parent_row is None else seen.above(parent_row)
+            seen.paths[node_id] = (*above, p.content)
+            if above != paths[at]:
+                misread.append(node_id)
             row = dict(
                 id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
                 type=p.type.value, content=p.content, meta=to_json(p.meta), importance=p.importance,
                 confidence=p.confidence, access_count=0, pinned=p.pinned, status=Status.LIVE.value,
                 version=1, depth=depth, path=path, branch_id=branch, created_at=p.ts, updated_at=p.ts,
                 accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=self.store.content_hash(p.content),
-                tokens=text.count_tokens(p.content), embedding=b"" if late is not None else to_blob(vec),
+                tokens=text.count_tokens(p.content),
+                embedding=b"" if late is not None or above != paths[at] else to_blob(vec),
                 embed_model=self.embedder.name,
             )
             seen.rows[node_id] = row
@@ -249,7 +300,7 @@ class Writer:
             values = dict(importance=importance)
             self.store.update_node(conn, node_id, **values)
             self.store.log(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
-        return Written(out, late)
+        return Written(out, late, tuple(misread))
 
     def settle(self, written: Written) -> None:
         """Store the vectors of a batch committed before them (``written.late``), in a
@@ -266,7 +317,8 @@ class Writer:
             log.warning("the embedder failed after %s was committed: kept without its vector until the next open",
                         ", ".join(n.id for n in written.nodes if not n.merged))
             raise
-        pairs = [(n.id, to_blob(v)) for n, v in zip(written.nodes, got, strict=True) if not n.merged]
+        pairs = [(n.id, to_blob(v)) for n, v in zip(written.nodes, got, strict=True)
+                 if not n.merged and n.id not in written.misread]
         self.fault("before_vector")
         self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs), synced=False)
 
@@ -503,6 +555,8 @@ class Written:
 
     nodes: list[Node]
     late: Embedding | None = None
+    #: Nodes written without a vector because their path changed after it was read.
+    misread: tuple[str, ...] = ()
 
 
 class Embedding:
@@ -546,6 +600,8 @@ class _Seen:
         self._terms: dict[str, set[str]] = {}  # term sets of stored rows, by id
         self._groups: dict[tuple[str, str], tuple[list[str], np.ndarray[Any, Any]] | None] = {}
         self.by_hash: dict[str, list[RowMap]] = {}
+        #: The contents from the root down to each node read or written here, its own last.
+        self.paths: dict[str, context.Path] = {}
         named = {p.parent.id if isinstance(p.parent, Node) else p.parent
                  for p in prepared if isinstance(p.parent, (Node, str))}
         # The nodes the batch's items go under: the parents named by id, and the active
@@ -646,6 +702,14 @@ class _Seen:
         if strict:
             self._writer.checked(node_id, row, live=True)
         return row
+
+    def above(self, parent: RowMap) -> context.Path:
+        """The contents from the root down to ``parent``, its own last: what a node
+        under it is read with."""
+        if parent["id"] not in self.paths:
+            held = context.ancestors(self._store, self._conn, [parent["path"]])[parent["path"]]
+            self.paths[parent["id"]] = (*held, parent["content"])
+        return self.paths[parent["id"]]
 
     def branch_info(self, parent: RowMap) -> tuple[str, bool]:
         """(branch head id, whether the head is a task) of the branch ``parent`` is in."""

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_memory import ROOT, MemoryTree, tree
+from hybrid_memory import ROOT, MemoryTree, context, tree
 
 
 class Spy:
@@ -45,10 +45,9 @@ class Spy:
         return float(self.inner.coverage(text))
 
 
-def embed_first(mem: MemoryTree) -> None:
-    """Make ``mem`` embed each write whole before its transaction (no read-ahead, no
-    early write): the plain path the others must agree with."""
-    mem._embed_overlapped = lambda texts: mem.embedder.embed(texts)  # type: ignore[method-assign]
+def under_task(embedder: Any, content: str) -> np.ndarray:
+    """The stored vector of ``content`` written under the task "Plan the offsite"."""
+    return context.embed(embedder, [(content, ("Plan the offsite",))])[0]
 
 
 def ops(mem: MemoryTree) -> list[str]:
@@ -101,12 +100,12 @@ def test_single_adds_store_their_real_embeddings(open_memory, embedder, facts, m
     settle = mem.store.settle_embeddings
     monkeypatch.setattr(mem.store, "settle_embeddings", lambda conn, ns, pairs: (late.extend(i for i, _ in pairs),
                                                                                   settle(conn, ns, pairs)))
-    mem.add("Trip and expenses" if facts is FACTS_EN else "出差与报销", type="task", parent=ROOT)
+    task = mem.add("Trip and expenses" if facts is FACTS_EN else "出差与报销", type="task", parent=ROOT)
     written = [mem.add(f, type="fact") for f in facts]
     new = [n for n in written if not n.merged]
     assert len(late) >= 4 and set(late) <= {n.id for n in new}  # most went the early way
     vectors = stored(mem, [n.id for n in new])
-    want = embedder.embed([n.content for n in new])
+    want = context.embed(embedder, [(n.content, (task.content,)) for n in new])  # each read under its task
     for n, v in zip(new, want, strict=True):
         np.testing.assert_allclose(vectors[n.id], v, atol=1e-5)
         assert float(np.linalg.norm(vectors[n.id])) == pytest.approx(1.0, abs=1e-4)  # never the placeholder
@@ -125,9 +124,9 @@ def test_the_early_write_decides_every_twin_as_embedding_first_does(open_memory,
     pool = FACTS_EN + FACTS_ZH
     results = []
     for ahead in (False, True):
-        mem = open_memory(folder=tmp_path_factory.mktemp("mem"))
-        if not ahead:
-            embed_first(mem)
+        # Not ahead: each write embedded whole before its transaction (no read-ahead,
+        # no early write), the plain path the other must agree with.
+        mem = open_memory(folder=tmp_path_factory.mktemp("mem"), write={"overlap_embedding": ahead})
         mem.add("Migrate the production database server", type="task", parent=ROOT)
         for i in range(crowd):
             mem.add(f"Checklist item {i}: verify replica lag on node db-{i}.", type="fact")
@@ -244,9 +243,9 @@ def test_a_small_batch_writes_what_embedding_first_writes(open_memory, tmp_path_
     batches[1].insert(0, batches[0].pop())  # the task and its first facts in one batch
     got = []
     for ahead in (False, True):
-        mem = open_memory(folder=tmp_path_factory.mktemp("mem"))
-        if not ahead:
-            embed_first(mem)
+        # Not ahead: each write embedded whole before its transaction (no read-ahead,
+        # no early write), the plain path the other must agree with.
+        mem = open_memory(folder=tmp_path_factory.mktemp("mem"), write={"overlap_embedding": ahead})
         mem.add(pool[0], type="fact", parent=ROOT)
         out = [n for batch in batches if batch for n in mem.add_many(batch)]
         live = mem.nodes()
@@ -341,7 +340,7 @@ def test_a_crash_between_the_two_commits_leaves_the_memory_and_the_next_open_emb
 
     again = open_memory(folder=folder)
     assert outbox_actions(again, new) == []
-    np.testing.assert_allclose(stored(again, [new])[new], embedder.embed([content])[0], atol=1e-5)
+    np.testing.assert_allclose(stored(again, [new])[new], under_task(embedder, content), atol=1e-5)
     drift = again.verify()
     assert not drift.missing and not drift.stale and drift.pending == 0
     assert new in {n.node.id for n in again.retrieve(question).nodes}
@@ -396,7 +395,7 @@ def test_the_vector_commit_never_overwrites_an_update(open_memory, embedder):
     mem._fault_hook = update_first
     node = mem.add("The offsite budget is 9,000 euros.", type="fact")
     assert mem.get(node.id).content == changed
-    np.testing.assert_allclose(stored(mem, [node.id])[node.id], embedder.embed([changed])[0], atol=1e-5)
+    np.testing.assert_allclose(stored(mem, [node.id])[node.id], under_task(embedder, changed), atol=1e-5)
     assert set(outbox_actions(mem, node.id)) <= {"upsert"}  # (applied, or waiting for its batch)
 
 
@@ -422,7 +421,7 @@ def test_a_failed_embedding_of_a_single_add_keeps_the_memory_for_the_next_open(
     broken.close()
     fixed = open_memory(folder=folder)
     assert not fixed.recover().problems
-    np.testing.assert_allclose(stored(fixed, [new])[new], embedder.embed([content])[0], atol=1e-5)
+    np.testing.assert_allclose(stored(fixed, [new])[new], under_task(embedder, content), atol=1e-5)
 
 
 def test_the_vector_commit_does_not_wait_for_the_disk(stores, tmp_path):

@@ -11,14 +11,14 @@ from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 
 from .. import _validate as check
-from .. import text
+from .. import context, text
 from ..errors import (
     ConflictError,
     InvalidInputError,
     InvalidTypeError,
     StorageError,
 )
-from ..model import Status
+from ..model import Status, path_ids
 from ..store.sql import cursors, nodes, to_blob
 from .format import CHUNK, STATE_FIELDS
 from .host import Host
@@ -137,6 +137,7 @@ def _write_state(
     changed: list[str] = []
     upserts: list[str] = []
     deletes: list[str] = []
+    moved: set[str] = set()  # nodes whose content or place changed: the paths below them did
     for i, n in state.nodes.items():
         cur = rows.get(i)
         if cur is None:
@@ -145,6 +146,7 @@ def _write_state(
                 store.index_terms(conn, ns, i, text.term_counts(n["content"]))
                 upserts.append(i)
             added.append(i)
+            moved.add(i)
             continue
         m = cur._mapping
         changes = {f: n[f] for f in STATE_FIELDS if f != "id" and m[f] != n[f]}
@@ -152,6 +154,8 @@ def _write_state(
             continue
         if "content" in changes:
             changes.update(embedding=blobs[i], embed_model=model)
+        if "content" in changes or "path" in changes:
+            moved.add(i)
         store.update_node(conn, i, **changes)
         was_live, is_live = m["status"] == live, n["status"] == live
         if "content" in changes or was_live != is_live:
@@ -165,6 +169,10 @@ def _write_state(
         changed.append(i)
     store.enqueue(conn, ns, upserts, "upsert")
     store.enqueue(conn, ns, deletes, "delete")
+    # The vectors embedded here, and those below a node whose content or place changed,
+    # are read again with their path (hybrid_memory.context) once this commits.
+    context.mark(store, conn, ns, [i for i, n in state.nodes.items()
+                                   if n["depth"] > 0 and moved.intersection(path_ids(n["path"]))])
     conn.execute(sql_delete(cursors).where(cursors.c.namespace == ns))
     if state.cursors:
         conn.execute(insert(cursors), [

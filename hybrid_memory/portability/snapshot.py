@@ -18,7 +18,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection
 
 from .. import _validate as check
-from .. import text
+from .. import context, text
 from ..errors import (
     ConflictError,
     InvalidInputError,
@@ -111,7 +111,7 @@ def export(mem: Host, path: str | os.PathLike[str], *, include_log: bool = False
             header = {
                 "format": FORMAT, "version": VERSION, "namespace": ns, "embed_model": mem.embedder.name,
                 "dim": len(blob) // 4 if blob is not None else None,
-                "exported_at": mem.clock(), "include_log": include_log,
+                "exported_at": mem.clock(), "include_log": include_log, "vectors": context.VECTORS_VERSION,
             }
             if ring is not None:
                 header["sealed"] = ring.primary
@@ -268,6 +268,10 @@ def _write_snapshot(
         for r in live:
             store.index_terms(conn, ns, r["id"], text.term_counts(r["content"]))
         store.enqueue(conn, ns, [r["id"] for r in live], "upsert")
+        # Vectors embedded here, or made by a version that read no path, are read again
+        # with their path (hybrid_memory.context) once this transaction commits.
+        made_here = snap.header.get("vectors") == context.VECTORS_VERSION
+        context.mark(store, conn, ns, [r["id"] for r in rows if r["depth"] > 0 and (r["id"] in again or not made_here)])
         if snap.cursors:
             conn.execute(insert(cursors), [dict(c, namespace=ns) for c in snap.cursors])
         if snap.checkpoints:

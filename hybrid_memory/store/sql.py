@@ -276,6 +276,11 @@ oplog = Table(
 #: into an upsert; a node left so by a crash is embedded at the next open. Readers of
 #: embeddings skip the empty blob (:meth:`SqlStore.embeddings`, ``branch_vectors``).
 EMBED = "embed"
+#: The outbox action of a node whose vector was read with a path that has changed
+#: since (an ancestor renamed, the subtree moved; :mod:`hybrid_memory.context`). The
+#: node keeps its vector until a later commit stores the one read with its current
+#: path and turns the action into an upsert; it touches no index by itself.
+CONTEXT = "context"
 
 
 outbox = Table(
@@ -285,7 +290,8 @@ outbox = Table(
     Column("namespace", String(128), nullable=False),
     Column("node_id", String(32), nullable=False),
     # "upsert" | "delete" | "embed" (the node was committed before its vector: the
-    # vector's own commit turns it into an upsert; see EMBED)
+    # vector's own commit turns it into an upsert; see EMBED) | "context" (its
+    # vector waits to be read again with a changed path; see CONTEXT)
     Column("action", String(8), nullable=False),
     Index("hm_outbox_ns", "namespace", "seq"),
 )
@@ -1443,15 +1449,31 @@ class SqlStore:
             conn.execute(_Q.insert_outbox, rows)
 
     def pending_count(self, conn: Connection, namespace: str, *, index_only: bool = False) -> int:
-        """Outbox rows of ``namespace``; ``index_only``: not counting the nodes whose
-        vector is still being computed (:data:`EMBED`), which wait on no index."""
-        q = select(func.count()).where(outbox.c.namespace == namespace)
+        """Outbox rows of ``namespace`` that wait on the index (not :data:`CONTEXT`);
+        ``index_only``: not counting the nodes whose vector is still being computed
+        (:data:`EMBED`) either."""
+        q = select(func.count()).where(outbox.c.namespace == namespace, outbox.c.action != CONTEXT)
         if index_only:
             q = q.where(outbox.c.action != EMBED)
         return int(conn.execute(q).scalar_one())
 
     def pending(self, conn: Connection, namespace: str) -> list[Row[Any]]:
-        return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace).order_by(outbox.c.seq)))
+        """The outbox rows of ``namespace`` that wait on the index, oldest first."""
+        return list(conn.execute(select(outbox).where(outbox.c.namespace == namespace, outbox.c.action != CONTEXT)
+                                 .order_by(outbox.c.seq)))
+
+    def context_waiting(self, conn: Connection, namespace: str, limit: int) -> list[tuple[int, str]]:
+        """(seq, node id) of the oldest ``limit`` :data:`CONTEXT` rows of ``namespace``."""
+        q = (select(outbox.c.seq, outbox.c.node_id).where(outbox.c.namespace == namespace, outbox.c.action == CONTEXT)
+             .order_by(outbox.c.seq).limit(limit))
+        return [(int(s), str(i)) for s, i in conn.execute(q)]
+
+    def replace_embedding(self, conn: Connection, node_id: str, blob: bytes, *, path: str, content_hash: str) -> bool:
+        """Store ``blob`` as the vector of ``node_id`` if the node still has a vector,
+        this path and this content; whether it did."""
+        q = (update(nodes).where(nodes.c.id == node_id, nodes.c.path == path, nodes.c.content_hash == content_hash,
+                                 func.length(nodes.c.embedding) > 0).values(embedding=blob))
+        return bool(conn.execute(q).rowcount)
 
     def pending_upserts(self, conn: Connection, namespace: str, limit: int = 4096) -> list[str]:
         """Ids of the nodes whose index upsert waits in the outbox, the latest ``limit``."""

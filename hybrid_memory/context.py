@@ -1,0 +1,182 @@
+"""A memory's vector reads it in its place in the tree.
+
+The vector a memory is stored and searched with is the unit mean of two
+embeddings: its content alone, and its content read after its ancestors'
+contents ("Trip to Berlin > Book the hotel : moved to Thursday"). The first keeps
+what the memory says; the second where it stands, so that a detail is found
+through the task it belongs to. A memory with no ancestor is stored with its
+content's embedding alone. (Why the mean and not the path alone: eval/CHANGES.md,
+2026-12-06.)
+
+Its ancestors are part of what a vector says: when one of them is renamed (an
+update of its content) or a subtree moves, the vectors below were read with a path
+that no longer holds. The transaction that changes the path enqueues a
+:data:`~hybrid_memory.store.sql.CONTEXT` outbox row for each node below;
+:func:`refresh` reads them again after the commit, or at the next open after a
+crash. Until then each keeps its earlier vector, and ``verify()`` reports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from .embed import Embedder
+from .model import path_ids
+from .progress import progress_bar
+from .store.sql import CONTEXT, SqlStore, nodes, subtree_range, to_blob
+
+log = logging.getLogger("hybrid_memory")
+
+#: Names how stored vectors are made. A namespace whose vectors were made otherwise
+#: (by a version that embedded the content alone) is read again when it is opened.
+VECTORS_VERSION: Final = "context-1"
+
+#: Ancestors' contents and a node's own content, as the second text reads them.
+_ABOVE: Final = " > "
+_HERE: Final = " : "
+
+#: Nodes read again per transaction.
+_CHUNK: Final = 256
+
+#: The contents of a node's ancestors, root first.
+Path = tuple[str, ...]
+
+
+def in_context(ancestors: Path, content: str) -> str:
+    """The text a memory's second embedding reads: its ancestors' contents, then its own."""
+    return _ABOVE.join(ancestors) + _HERE + content
+
+
+def plan(items: Sequence[tuple[str, Path]]) -> tuple[list[str], Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
+    """The texts to embed for ``items`` (each a content and its ancestors' contents),
+    and the function that turns their embeddings into the items' stored vectors.
+
+    The contents come first, then the texts in context of the items that have
+    ancestors; one embedder call takes them all."""
+    texts = [content for content, _ in items]
+    placed = [i for i, (_, above) in enumerate(items) if above]
+    texts += [in_context(items[i][1], items[i][0]) for i in placed]
+    n = len(items)
+
+    def combine(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        out = np.array(vectors[:n], dtype=np.float32, copy=True)
+        if placed:
+            mean = out[placed] + np.asarray(vectors[n:], dtype=np.float32)
+            norms = np.linalg.norm(mean, axis=1, keepdims=True)
+            out[placed] = mean / np.where(norms > 0, norms, 1.0)
+        return out
+
+    return texts, combine
+
+
+def embed(embedder: Embedder, items: Sequence[tuple[str, Path]]) -> np.ndarray[Any, Any]:
+    """The stored vectors of ``items`` (see :func:`plan`)."""
+    if not items:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    texts, combine = plan(items)
+    return combine(embedder.embed(texts))
+
+
+def ancestors(store: SqlStore, conn: Connection, paths: Iterable[str]) -> dict[str, Path]:
+    """For each materialised path, the contents of the nodes above the one it ends
+    at, root first (an ancestor no longer stored is left out)."""
+    paths = set(paths)
+    above = {p: path_ids(p)[:-1] for p in paths}
+    wanted = sorted({i for ids in above.values() for i in ids})
+    rows = store.get_many(conn, wanted) if wanted else {}
+    return {p: tuple(rows[i].content for i in ids if i in rows) for p, ids in above.items()}
+
+
+def below(conn: Connection, namespace: str, path: str, *, inclusive: bool) -> list[str]:
+    """Ids of the nodes of the subtree at ``path`` (any status), with its top or not."""
+    lo, hi = subtree_range(path)
+    q = select(nodes.c.id).where(nodes.c.namespace == namespace, nodes.c.path >= lo, nodes.c.path < hi)
+    top = path_ids(path)[-1]
+    return [i for i in conn.execute(q).scalars() if inclusive or i != top]
+
+
+def waiting(store: SqlStore, namespace: str) -> tuple[str, ...]:
+    """Ids of the nodes of ``namespace`` whose vectors wait to be read again."""
+    with store.reading() as conn:
+        return tuple(sorted({i for _, i in store.context_waiting(conn, namespace, 1 << 62)}))
+
+
+def mark(store: SqlStore, conn: Connection, namespace: str, ids: Sequence[str]) -> None:
+    """Record, in ``conn``'s transaction, that the vectors of ``ids`` were read with a
+    path that no longer holds."""
+    store.enqueue(conn, namespace, ids, CONTEXT)
+
+
+def setting_key(namespace: str) -> str:
+    """The store setting that records how the namespace's vectors were made."""
+    return f"vectors_version:{namespace}"
+
+
+def check_version(store: SqlStore, namespace: str) -> int:
+    """Mark every node of ``namespace`` to be read again in context unless its vectors
+    were made as :data:`VECTORS_VERSION` says; how many were marked. A namespace
+    without nodes is recorded as current."""
+    key = setting_key(namespace)
+    with store.reading() as conn:
+        if store.get_setting(conn, key) == VECTORS_VERSION:
+            return 0
+
+    def run(conn: Connection) -> int:
+        if store.get_setting(conn, key) == VECTORS_VERSION:
+            return 0
+        ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace,
+                                                         nodes.c.depth > 0)).scalars())
+        mark(store, conn, namespace, ids)
+        store.set_setting(conn, key, VECTORS_VERSION)
+        return len(ids)
+
+    marked = store.write(run)
+    if marked:
+        log.info("namespace %r: %d memories will be embedded again with their path", namespace, marked)
+    return marked
+
+
+def refresh(store: SqlStore, embedder: Embedder, namespace: str) -> int:
+    """Read again, with its current path, the vector of every node marked
+    :data:`CONTEXT`; how many vectors were replaced. Each chunk is one transaction
+    that stores the new vectors, enqueues their index upserts and clears the marks it
+    read (a node changed meanwhile keeps its vector: its change marked it again or
+    gave it a new one)."""
+    done = 0
+    with store.reading() as conn:
+        total = len(store.context_waiting(conn, namespace, 1 << 62))
+    if not total:
+        return 0
+    bar = progress_bar(total, "embed in context")
+    try:
+        while True:
+            with store.reading() as conn:
+                marks = store.context_waiting(conn, namespace, _CHUNK)
+                if not marks:
+                    break
+                rows = store.get_many(conn, sorted({i for _, i in marks}))
+                above = ancestors(store, conn, [r.path for r in rows.values()])
+            ids = sorted(rows)
+            vectors = embed(embedder, [(rows[i].content, above[rows[i].path]) for i in ids])
+            done += store.write(functools.partial(_replace, store, namespace=namespace, rows=rows, ids=ids,
+                                                  vectors=vectors, seqs=[s for s, _ in marks]))
+            bar.update(len(marks))
+    finally:
+        bar.close()
+    return done
+
+
+def _replace(store: SqlStore, conn: Connection, *, namespace: str, rows: Mapping[str, Any], ids: Sequence[str],
+             vectors: np.ndarray[Any, Any], seqs: Sequence[int]) -> int:
+    replaced = [i for i, v in zip(ids, vectors, strict=True)
+                if store.replace_embedding(conn, i, to_blob(v), path=rows[i].path, content_hash=rows[i].content_hash)]
+    store.enqueue(conn, namespace, replaced, "upsert")
+    store.clear_outbox(conn, seqs)
+    return len(replaced)
