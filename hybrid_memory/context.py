@@ -94,6 +94,11 @@ def ancestors(store: SqlStore, conn: Connection, paths: Iterable[str]) -> dict[s
     return {p: tuple(rows[i].content for i in ids if i in rows) for p, ids in above.items()}
 
 
+def above(store: SqlStore, conn: Connection, path: str) -> Path:
+    """The contents of the nodes above the one ``path`` ends at, root first."""
+    return ancestors(store, conn, [path])[path]
+
+
 def below(conn: Connection, namespace: str, path: str, *, inclusive: bool) -> list[str]:
     """Ids of the nodes of the subtree at ``path`` (any status), with its top or not."""
     lo, hi = subtree_range(path)

@@ -651,6 +651,7 @@ class MemoryTree:
             raise InvalidInputError("update: nothing to change")
         now = self._now(ts)
         vec, above = None, context.Path()
+        left = {"vector": False, "below": False}  # what the commit leaves to embed (set by the last attempt)
         if "content" in values:
             above = self._above(node)
             vec = context.embed(self.embedder, [(values["content"], above)])[0]
@@ -662,7 +663,7 @@ class MemoryTree:
             changes = dict(values, version=row.version + 1, updated_at=now)
             if vec is not None:
                 # Read in another path than the node's now: stored later, as a late vector.
-                moved = context.ancestors(self.store, conn, [row.path])[row.path] != above
+                moved = context.above(self.store, conn, row.path) != above
                 changes.update(
                     content_hash=self.store.content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
                     embedding=b"" if moved else to_blob(vec), embed_model=self.embedder.name,
@@ -670,8 +671,9 @@ class MemoryTree:
                 self.store.unindex_terms(conn, [row.id])
                 self.store.index_terms(conn, self.namespace, row.id, text.term_counts(values["content"]))
                 self.store.enqueue(conn, self.namespace, [row.id], EMBED if moved else "upsert")
-                context.mark(self.store, conn, self.namespace, context.below(conn, self.namespace, row.path,
-                                                                             inclusive=False))
+                below = context.below(conn, self.namespace, row.path, inclusive=False)
+                context.mark(self.store, conn, self.namespace, below)
+                left.update(vector=moved, below=bool(below))
                 passages.drop(conn, [row.id])
             self.store.update_node(conn, row.id, **changes)
             self.store.log(conn, self.namespace, self.session, now, "update", row.id,
@@ -679,9 +681,11 @@ class MemoryTree:
             return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
 
         result = self._write_flushing(run)
-        if vec is not None:
+        if left["vector"]:
             self._embed_left(strict=True)
+        if left["below"]:
             self._refresh_context()
+        if vec is not None:
             self._cut([result])
         self._drain()
         return result
@@ -694,7 +698,7 @@ class MemoryTree:
                 row = self._writer.row(conn, node)
             except HybridMemoryError:
                 return ()
-            return context.ancestors(self.store, conn, [row.path])[row.path]
+            return context.above(self.store, conn, row.path)
 
     def _refresh_context(self) -> None:
         """Read again, in their current path, the vectors marked as read in another.

@@ -260,7 +260,8 @@ class Writer:
             branch = branch_info_for(node_id, p.type, pinfo, cfg.write.branch_by)[0]
             above = () if parent_row is None else seen.above(parent_row)
             seen.paths[node_id] = (*above, p.content)
-            if above != paths[at]:
+            moved = above != paths[at]  # (since its vector was read: embedded after the commit)
+            if moved:
                 misread.append(node_id)
             row = dict(
                 id=node_id, namespace=ns, parent_id=None if parent_row is None else parent_row["id"],
@@ -269,7 +270,7 @@ class Writer:
                 version=1, depth=depth, path=path, branch_id=branch, created_at=p.ts, updated_at=p.ts,
                 accessed_at=p.ts, active_at=p.ts, archived_op=None, content_hash=self.store.content_hash(p.content),
                 tokens=text.count_tokens(p.content),
-                embedding=b"" if late is not None or above != paths[at] else to_blob(vec),
+                embedding=b"" if late is not None or moved else to_blob(vec),
                 embed_model=self.embedder.name,
             )
             seen.rows[node_id] = row
@@ -707,8 +708,7 @@ class _Seen:
         """The contents from the root down to ``parent``, its own last: what a node
         under it is read with."""
         if parent["id"] not in self.paths:
-            held = context.ancestors(self._store, self._conn, [parent["path"]])[parent["path"]]
-            self.paths[parent["id"]] = (*held, parent["content"])
+            self.paths[parent["id"]] = (*context.above(self._store, self._conn, parent["path"]), parent["content"])
         return self.paths[parent["id"]]
 
     def branch_info(self, parent: RowMap) -> tuple[str, bool]:
