@@ -25,7 +25,8 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from hybrid_memory import MemoryTree  # noqa: E402
 from hybrid_memory.recovery import drain_outbox  # noqa: E402
-from hybrid_memory.store.sql import SqlStore, nodes, outbox, to_blob  # noqa: E402
+from hybrid_memory.store.schema import nodes, outbox, to_blob  # noqa: E402
+from hybrid_memory.store.sql import SqlStore  # noqa: E402
 from hybrid_memory.store.vectors import ChromaIndex  # noqa: E402
 
 ROOT_DIR = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ from .errors import ConfigError, HybridMemoryError, InvalidInputError
 from .ids import short_id
 from .model import Drift, Node, path_ids, tree_order
 from .portability import describe, recent_ops
-from .store.sql import SqlStore, audit
+from .store.schema import audit
+from .store.sql import SqlStore
 from .tree import MemoryTree
 from .writing import ROOT
 

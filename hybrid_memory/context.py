@@ -11,7 +11,7 @@ content's embedding alone. (Why the mean and not the path alone: eval/CHANGES.md
 Its ancestors are part of what a vector says: when one of them is renamed (an
 update of its content) or a subtree moves, the vectors below were read with a path
 that no longer holds. The transaction that changes the path enqueues a
-:data:`~hybrid_memory.store.sql.CONTEXT` outbox row for each node below;
+:data:`~hybrid_memory.store.schema.CONTEXT` outbox row for each node below;
 :func:`refresh` reads them again after the commit, or at the next open after a
 crash. Until then each keeps its earlier vector, and ``verify()`` reports it.
 """
@@ -30,7 +30,8 @@ from sqlalchemy.engine import Connection
 from .embed import Embedder
 from .model import path_ids
 from .progress import progress_bar
-from .store.sql import CONTEXT, SqlStore, nodes, subtree_range, to_blob
+from .store.schema import CONTEXT, nodes, subtree_range, to_blob
+from .store.sql import SqlStore
 
 log = logging.getLogger("hybrid_memory")
 
@@ -90,7 +91,7 @@ def ancestors(store: SqlStore, conn: Connection, paths: Iterable[str]) -> dict[s
     paths = set(paths)
     above = {p: path_ids(p)[:-1] for p in paths}
     wanted = sorted({i for ids in above.values() for i in ids})
-    rows = store.get_many(conn, wanted) if wanted else {}
+    rows = store.nodes.get_many(conn, wanted) if wanted else {}
     return {p: tuple(rows[i].content for i in ids if i in rows) for p, ids in above.items()}
 
 
@@ -110,13 +111,13 @@ def below(conn: Connection, namespace: str, path: str, *, inclusive: bool) -> li
 def waiting(store: SqlStore, namespace: str) -> tuple[str, ...]:
     """Ids of the nodes of ``namespace`` whose vectors wait to be read again."""
     with store.reading() as conn:
-        return tuple(sorted({i for _, i in store.context_waiting(conn, namespace, 1 << 62)}))
+        return tuple(sorted({i for _, i in store.outbox.context_waiting(conn, namespace, 1 << 62)}))
 
 
 def mark(store: SqlStore, conn: Connection, namespace: str, ids: Sequence[str]) -> None:
     """Record, in ``conn``'s transaction, that the vectors of ``ids`` were read with a
     path that no longer holds."""
-    store.enqueue(conn, namespace, ids, CONTEXT)
+    store.outbox.enqueue(conn, namespace, ids, CONTEXT)
 
 
 def setting_key(namespace: str) -> str:
@@ -130,16 +131,16 @@ def check_version(store: SqlStore, namespace: str) -> int:
     without nodes is recorded as current."""
     key = setting_key(namespace)
     with store.reading() as conn:
-        if store.get_setting(conn, key) == VECTORS_VERSION:
+        if store.settings.get(conn, key) == VECTORS_VERSION:
             return 0
 
     def run(conn: Connection) -> int:
-        if store.get_setting(conn, key) == VECTORS_VERSION:
+        if store.settings.get(conn, key) == VECTORS_VERSION:
             return 0
         ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace,
                                                          nodes.c.depth > 0)).scalars())
         mark(store, conn, namespace, ids)
-        store.set_setting(conn, key, VECTORS_VERSION)
+        store.settings.set(conn, key, VECTORS_VERSION)
         return len(ids)
 
     marked = store.write(run)
@@ -156,17 +157,17 @@ def refresh(store: SqlStore, embedder: Embedder, namespace: str) -> int:
     gave it a new one)."""
     done = 0
     with store.reading() as conn:
-        total = len(store.context_waiting(conn, namespace, 1 << 62))
+        total = len(store.outbox.context_waiting(conn, namespace, 1 << 62))
     if not total:
         return 0
     bar = progress_bar(total, "embed in context")
     try:
         while True:
             with store.reading() as conn:
-                marks = store.context_waiting(conn, namespace, _CHUNK)
+                marks = store.outbox.context_waiting(conn, namespace, _CHUNK)
                 if not marks:
                     break
-                rows = store.get_many(conn, sorted({i for _, i in marks}))
+                rows = store.nodes.get_many(conn, sorted({i for _, i in marks}))
                 above = ancestors(store, conn, [r.path for r in rows.values()])
             ids = sorted(rows)
             vectors = embed(embedder, [(rows[i].content, above[rows[i].path]) for i in ids])
@@ -181,7 +182,7 @@ def refresh(store: SqlStore, embedder: Embedder, namespace: str) -> int:
 def _replace(store: SqlStore, conn: Connection, *, namespace: str, rows: Mapping[str, Any], ids: Sequence[str],
              vectors: np.ndarray[Any, Any], seqs: Sequence[int]) -> int:
     replaced = [i for i, v in zip(ids, vectors, strict=True)
-                if store.replace_embedding(conn, i, to_blob(v), path=rows[i].path, content_hash=rows[i].content_hash)]
-    store.enqueue(conn, namespace, replaced, "upsert")
-    store.clear_outbox(conn, seqs)
+                if store.nodes.replace_embedding(conn, i, to_blob(v), path=rows[i].path, content_hash=rows[i].content_hash)]
+    store.outbox.enqueue(conn, namespace, replaced, "upsert")
+    store.outbox.clear(conn, seqs)
     return len(replaced)

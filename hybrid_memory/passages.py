@@ -29,7 +29,8 @@ from sqlalchemy.engine import Connection
 
 from . import text
 from .embed import Embedder
-from .store.sql import SqlStore, from_blob, nodes, passages, to_blob
+from .store.schema import from_blob, nodes, passages, to_blob
+from .store.sql import SqlStore
 from .weights import blend
 
 log = logging.getLogger("hybrid_memory")
@@ -143,7 +144,7 @@ def fill(store: SqlStore, embedder: Embedder, namespace: str, ids: Iterable[str]
     done = 0
     for i in range(0, len(wanted), 64):
         with store.reading() as conn:
-            rows = store.get_many(conn, wanted[i:i + 64], live_only=True)
+            rows = store.nodes.get_many(conn, wanted[i:i + 64], live_only=True)
         work = [(row.id, row.content_hash, spans, row.content) for row in rows.values()
                 if (spans := cut(row.content, size))]
         if work:

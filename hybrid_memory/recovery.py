@@ -14,7 +14,8 @@ from sqlalchemy.engine import Connection
 
 from . import context
 from .model import Drift
-from .store.sql import EMBED, SqlStore
+from .store.schema import EMBED
+from .store.sql import SqlStore
 from .store.vectors import VectorIndex
 
 log = logging.getLogger("hybrid_memory")
@@ -39,13 +40,13 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
     store already holds the truth, so the caller's write is not failed for it.
     """
     with store.reading() as conn:
-        rows = store.pending(conn, namespace)
+        rows = store.outbox.pending(conn, namespace)
         if not rows:
             return 0
         # A node committed before its vector keeps its EMBED row until the vector's
         # commit turns it into an upsert (or an open embeds it); once the node has a
         # vector, or is gone, the row is an upsert like any other.
-        waiting = store.unembedded(conn, sorted({r.node_id for r in rows if r.action == EMBED}))
+        waiting = store.nodes.unembedded(conn, sorted({r.node_id for r in rows if r.action == EMBED}))
         rows = [r for r in rows if not (r.action == EMBED and r.node_id in waiting)]
         if not rows:
             return 0
@@ -54,8 +55,8 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
             last.pop(r.node_id, None)
             last[r.node_id] = "upsert" if r.action == EMBED else r.action
         wanted = [i for i, a in last.items() if a == "upsert"]
-        live = store.get_many(conn, wanted, live_only=True)
-        vectors = store.embeddings(conn, list(live))
+        live = store.nodes.get_many(conn, wanted, live_only=True)
+        vectors = store.nodes.embeddings(conn, list(live))
     upserts = [i for i in wanted if i in vectors]
     deletes = [i for i in last if i not in vectors]
     fault("before_index")
@@ -69,7 +70,7 @@ def drain_outbox(store: SqlStore, index: VectorIndex, namespace: str, fault: Fau
         return 0
     fault("after_index")
     seqs = [r.seq for r in rows]
-    store.write(lambda conn: store.clear_outbox(conn, seqs))
+    store.write(lambda conn: store.outbox.clear(conn, seqs))
     return len(rows)
 
 
@@ -93,8 +94,8 @@ def nearest(store: SqlStore, index: VectorIndex, namespace: str, vectors: np.nda
 def outbox_vectors(store: SqlStore, namespace: str, conn: Connection) -> dict[str, np.ndarray[Any, Any]]:
     """The stored embeddings of the nodes whose index upsert waits in the outbox: the
     first half of :func:`nearest`, read before the index is asked."""
-    ids = store.pending_upserts(conn, namespace)
-    return store.embeddings(conn, ids) if ids else {}
+    ids = store.outbox.pending_upserts(conn, namespace)
+    return store.nodes.embeddings(conn, ids) if ids else {}
 
 
 def merge_waiting(found: list[list[tuple[str, float]]], waiting: Mapping[str, np.ndarray[Any, Any]],
@@ -117,11 +118,11 @@ def merge_waiting(found: list[list[tuple[str, float]]], waiting: Mapping[str, np
 
 def _live_embeddings(store: SqlStore, namespace: str) -> Iterator[tuple[list[str], np.ndarray[Any, Any]]]:
     with store.reading() as conn:
-        ids = store.live_ids(conn, namespace)
+        ids = store.tree.live_ids(conn, namespace)
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
         with store.reading() as conn:
-            vectors = store.embeddings(conn, chunk)
+            vectors = store.nodes.embeddings(conn, chunk)
         present = [j for j in chunk if j in vectors]
         if present:
             yield present, np.stack([vectors[j] for j in present])
@@ -130,7 +131,7 @@ def _live_embeddings(store: SqlStore, namespace: str) -> Iterator[tuple[list[str
 def corrupt_log_entries(store: SqlStore, namespace: str, *, last_only: bool = False) -> list[int]:
     """Sequence numbers of operation-log entries whose payload is not a JSON object."""
     with store.reading() as conn:
-        rows = store.log_payloads(conn, namespace, last_only=last_only)
+        rows = store.log.payloads(conn, namespace, last_only=last_only)
     bad = []
     for seq, payload in rows:
         try:
@@ -157,8 +158,8 @@ def verify(store: SqlStore, index: VectorIndex, namespace: str) -> Drift:
             elif float(np.max(np.abs(have[node_id] - vec))) > _STALE_TOLERANCE:
                 stale.append(node_id)
     with store.reading() as conn:
-        pending = len(store.pending(conn, namespace))
-        term_counts = store.term_count_drift(conn, namespace)
+        pending = len(store.outbox.pending(conn, namespace))
+        term_counts = store.terms.term_count_drift(conn, namespace)
     return Drift(
         missing=tuple(missing),
         extra=tuple(sorted(indexed - live)),
@@ -178,7 +179,7 @@ def repair(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook
     fix = list(drift.missing) + list(drift.stale)
     if fix:
         with store.reading() as conn:
-            vectors = store.embeddings(conn, fix)
+            vectors = store.nodes.embeddings(conn, fix)
         for i in range(0, len(fix), _CHUNK):
             chunk = fix[i : i + _CHUNK]
             index.upsert(namespace, chunk, np.stack([vectors[j] for j in chunk]))
@@ -186,9 +187,9 @@ def repair(store: SqlStore, index: VectorIndex, namespace: str, fault: FaultHook
         index.delete(namespace, list(drift.extra))
     if drift.corrupt_log:
         bad = list(drift.corrupt_log)
-        store.write(lambda conn: store.mark_corrupt(conn, bad))
+        store.write(lambda conn: store.log.mark_corrupt(conn, bad))
     if drift.term_counts:
-        store.write(lambda conn: store.recount_terms(conn, namespace))
+        store.write(lambda conn: store.terms.recount(conn, namespace))
     return drift
 
 
@@ -201,7 +202,7 @@ def reindex(
     for i in range(0, len(stale), _CHUNK):
         index.delete(namespace, stale[i : i + _CHUNK])
     with store.reading() as conn:
-        total = store.live_count(conn, namespace)
+        total = store.tree.live_count(conn, namespace)
     done = 0
     for ids, vectors in _live_embeddings(store, namespace):
         index.upsert(namespace, ids, vectors)

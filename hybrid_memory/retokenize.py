@@ -18,7 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from . import text
-from .store.sql import SqlStore, nodes, terms
+from .store.schema import nodes, terms
+from .store.sql import SqlStore
 
 log = logging.getLogger("hybrid_memory")
 
@@ -35,7 +36,7 @@ def check_terms(store: SqlStore, namespace: str) -> int:
     version; how many nodes were re-indexed."""
     key = version_key(namespace)
     with store.reading() as conn:
-        if store.get_setting(conn, key) == text.TERMS_VERSION:
+        if store.settings.get(conn, key) == text.TERMS_VERSION:
             return 0
     done, last = 0, ""
 
@@ -45,8 +46,8 @@ def check_terms(store: SqlStore, namespace: str) -> int:
             .group_by(terms.c.node_id).order_by(terms.c.node_id).limit(_CHUNK)).scalars())
         if ids:
             contents = {i: c for i, c in conn.execute(select(nodes.c.id, nodes.c.content).where(nodes.c.id.in_(ids)))}
-            store.unindex_terms(conn, ids)
-            store.index_terms_many(conn, namespace, [(i, text.term_counts(contents[i])) for i in ids if i in contents])
+            store.terms.unindex(conn, ids)
+            store.terms.index_many(conn, namespace, [(i, text.term_counts(contents[i])) for i in ids if i in contents])
         return ids
 
     while True:
@@ -58,5 +59,5 @@ def check_terms(store: SqlStore, namespace: str) -> int:
                      text.TERMS_VERSION)
         done += len(ids)
         last = ids[-1]
-    store.write(lambda conn: store.set_setting(conn, key, text.TERMS_VERSION))
+    store.write(lambda conn: store.settings.set(conn, key, text.TERMS_VERSION))
     return done

@@ -23,17 +23,9 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from . import text
 from .crypto import missing_keys, sealed_by
 from .errors import EncryptionKeyError, StorageError
-from .store.sql import (
-    AUDIT_GENESIS,
-    SqlStore,
-    audit,
-    audit_hash,
-    checkpoints,
-    nodes,
-    oplog,
-    term_counts,
-    terms,
-)
+from .store.audit import AUDIT_GENESIS, audit_hash
+from .store.schema import audit, checkpoints, nodes, oplog, term_counts, terms
+from .store.sql import SqlStore
 
 log = logging.getLogger("hybrid_memory")
 
@@ -71,12 +63,12 @@ def rotate_key(store: SqlStore, *, progress: Progress | None = None) -> Rotation
         raise EncryptionKeyError("rotate_key needs a keyring whose first key is the new key")
 
     def announce(conn: Connection) -> None:
-        gone = missing_keys(store.sealing_keys(conn), ring)
+        gone = missing_keys(store.settings.sealing_keys(conn), ring)
         if gone:
             raise EncryptionKeyError(f"the store holds values sealed with key {', '.join(gone)}: "
                                      "put that key behind the new one in the keyring")
-        keys = [k for k in store.sealing_keys(conn) if k != ring.primary]
-        store.set_setting(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [ring.primary, *keys]}))
+        keys = [k for k in store.settings.sealing_keys(conn) if k != ring.primary]
+        store.settings.set(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [ring.primary, *keys]}))
 
     store.write(announce)
     with store.reading() as conn:
@@ -102,7 +94,7 @@ def rotate_key(store: SqlStore, *, progress: Progress | None = None) -> Rotation
         counts.append(n)
 
     def finish(conn: Connection) -> None:
-        store.set_setting(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [ring.primary]}))
+        store.settings.set(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [ring.primary]}))
 
     store.write(finish)
     return Rotation(ring.primary, *counts)
@@ -139,12 +131,12 @@ def _reseal_nodes(store: SqlStore, conn: Connection, ids: list[object]) -> None:
     rows = conn.execute(_locked(store, select(nodes.c.id, nodes.c.namespace, nodes.c.content, nodes.c.meta)
                                 .where(nodes.c.id.in_(ids)))).all()
     indexed = set(conn.execute(select(terms.c.node_id).where(terms.c.node_id.in_(ids)).distinct()).scalars())
-    store.unindex_terms(conn, [r.id for r in rows if r.id in indexed])
+    store.terms.unindex(conn, [r.id for r in rows if r.id in indexed])
     for r in rows:
         conn.execute(update(nodes).where(nodes.c.id == r.id).values(
             content=r.content, meta=r.meta, content_hash=store.content_hash(r.content)))
     for ns in {r.namespace for r in rows}:
-        store.index_terms_many(conn, ns, [(r.id, text.term_counts(r.content)) for r in rows
+        store.terms.index_many(conn, ns, [(r.id, text.term_counts(r.content)) for r in rows
                                           if r.namespace == ns and r.id in indexed])
 
 
@@ -226,15 +218,15 @@ def erase_namespace_rows(store: SqlStore, conn: Connection, namespace: str) -> l
     ``conn``'s transaction. Returns the node ids (their vectors are the caller's).
     The namespace's settings (its grouping mode: configuration, no data) stay, so a
     handle still open on it keeps writing consistently."""
-    from .store.sql import cursors, outbox, passages
+    from .store.schema import cursors, outbox, passages
 
     ids = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == namespace)).scalars())
     conn.execute(delete(terms).where(terms.c.namespace == namespace))
     conn.execute(delete(term_counts).where(term_counts.c.namespace == namespace))
-    store.mark_all_changed(conn, namespace)
+    store.changes.mark_all_changed(conn, namespace)
     conn.execute(delete(nodes).where(nodes.c.namespace == namespace))
     conn.execute(delete(passages).where(passages.c.namespace == namespace))
-    store.mark_rows_all_changed(conn, namespace)
+    store.changes.mark_rows_all_changed(conn, namespace)
     conn.execute(delete(oplog).where(oplog.c.namespace == namespace))
     conn.execute(delete(outbox).where(outbox.c.namespace == namespace))
     conn.execute(delete(cursors).where(cursors.c.namespace == namespace))
@@ -264,7 +256,7 @@ def verify_audit(store: SqlStore, *, progress: Progress | None = None) -> AuditC
     the head the store recorded. An edited, inserted, removed or truncated entry
     breaks one of these."""
     with store.reading() as conn:
-        raw = store.get_setting(conn, "audit_head")
+        raw = store.settings.get(conn, "audit_head")
         total = int(conn.execute(select(func.count()).select_from(audit)).scalar_one())
         head: dict[str, Any] = json.loads(raw) if raw is not None else {"seq": 0, "hash": AUDIT_GENESIS}
         prev, expect, n = AUDIT_GENESIS, 1, 0

@@ -61,7 +61,8 @@ from .model import (
 from .progress import progress_bar
 from .recovery import FaultHook, corrupt_log_entries, drain_outbox, reindex, repair, verify
 from .retrieval import Retriever
-from .store.sql import EMBED, FORGET_COLUMNS, SqlStore, node_from_row, to_blob
+from .store.schema import EMBED, FORGET_COLUMNS, node_from_row, to_blob
+from .store.sql import SqlStore
 from .store.vectors import ChromaIndex, VectorIndex
 from .weights import check_unit, weight_array
 from .writing import (
@@ -137,8 +138,8 @@ class MemoryTree:
         self.config = config or Config.load()
         self.store = store
         if self.config.security.audit:
-            store.enable_audit()
-        store.actors[(self.namespace, self.session)] = self.actor
+            store.audit.enable()
+        store.audit.actors[(self.namespace, self.session)] = self.actor
         #: The vector index. Reading it here (query, ids, vectors) first applies the
         #: index writes still waiting in the outbox (see ``write.index_batch``).
         self.index: VectorIndex = index if self.config.write.index_batch == 1 else _AppliedFirst(
@@ -192,8 +193,8 @@ class MemoryTree:
         outbox. Returns the problem to report when the embedder fails ("" otherwise;
         ``strict``: raises it)."""
         with self.store.reading() as conn:
-            left = self.store.unembedded(conn, self.store.embed_waiting(conn, self.namespace))
-            rows = self.store.get_many(conn, sorted(left))
+            left = self.store.nodes.unembedded(conn, self.store.outbox.embed_waiting(conn, self.namespace))
+            rows = self.store.nodes.get_many(conn, sorted(left))
             above = context.ancestors(self.store, conn, [r.path for r in rows.values()])
         if not rows:
             return ""
@@ -206,7 +207,7 @@ class MemoryTree:
             return f"{len(ids)} memories wait for their vectors (the embedder failed: {exc})"
         self._embedded = True
         pairs = [(i, to_blob(v)) for i, v in zip(ids, vectors, strict=True)]
-        self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs))
+        self.store.write(lambda conn: self.store.nodes.settle_embeddings(conn, self.namespace, pairs))
         log.info("embedded %d memories committed before their vectors (namespace %r)", len(pairs), self.namespace)
         return ""
 
@@ -253,9 +254,9 @@ class MemoryTree:
         """What is wrong and was not healed by the open's outbox drain."""
         problems = []
         with self.store.reading() as conn:
-            pending = self.store.pending_count(conn, self.namespace, index_only=True)
-            one = self.store.any_live_id(conn, self.namespace)
-            vectors = self.store.embeddings(conn, [] if one is None else [one])
+            pending = self.store.outbox.pending_count(conn, self.namespace, index_only=True)
+            one = self.store.tree.any_live_id(conn, self.namespace)
+            vectors = self.store.nodes.embeddings(conn, [] if one is None else [one])
             sample = list(vectors)  # (none while that node's vector is still being computed elsewhere)
         if pending:
             problems.append(f"the vector index is unreachable: {pending} index operations are pending")
@@ -410,10 +411,10 @@ class MemoryTree:
 
         def run(conn: Connection) -> T:
             if self._pending_access:
-                self.store.add_access(conn, self._pending_access)
+                self.store.nodes.add_access(conn, self._pending_access)
                 # portability: reads are logged too, so that replay counts them.
-                self.store.log(conn, self.namespace, self.session, self._clock(), "access", None,
-                               portability.access_payload(self._pending_access))
+                self.store.log.append(conn, self.namespace, self.session, self._clock(), "access", None,
+                                      portability.access_payload(self._pending_access))
             return fn(conn)
 
         result = self.store.write(run)
@@ -441,7 +442,7 @@ class MemoryTree:
         check.flag(include_archived, "include_archived")
         with self.store.reading() as conn:
             row = self._writer.row(conn, node)
-            rows = self.store.subtree(conn, self.namespace, row.path)
+            rows = self.store.tree.subtree(conn, self.namespace, row.path)
         kids = [node_from_row(r) for r in rows if r.parent_id == row.id]
         if not include_archived:
             kids = [k for k in kids if k.live]
@@ -453,7 +454,7 @@ class MemoryTree:
         with self.store.reading() as conn:
             row = self._writer.row(conn, node)
             ids = path_ids(row.path)
-            rows = self.store.get_many(conn, ids)
+            rows = self.store.nodes.get_many(conn, ids)
         return [node_from_row(rows[i]) for i in ids]
 
     def nodes(self, *, include_archived: bool = False) -> list[Node]:
@@ -461,7 +462,7 @@ class MemoryTree:
         self._live_check()
         check.flag(include_archived, "include_archived")
         with self.store.reading() as conn:
-            rows = self.store.live_rows(conn, self.namespace) if not include_archived else self.store.subtree_all(conn, self.namespace)
+            rows = self.store.tree.live_rows(conn, self.namespace) if not include_archived else self.store.tree.subtree_all(conn, self.namespace)
         return tree_order([node_from_row(r) for r in rows])
 
     @property
@@ -469,8 +470,8 @@ class MemoryTree:
         """The active node of this session: new memories hang under it by default."""
         self._live_check()
         with self.store.reading() as conn:
-            active_id = self.store.get_cursor(conn, self.namespace, self.session)
-            row = self.store.get(conn, active_id) if active_id else None
+            active_id = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            row = self.store.nodes.get(conn, active_id) if active_id else None
         return node_from_row(row) if row is not None and row.status == Status.LIVE.value else None
 
     def weight(self, node: Node, now: float | None = None, *, forgetting: bool = False) -> float:
@@ -668,17 +669,17 @@ class MemoryTree:
                     content_hash=self.store.content_hash(values["content"]), tokens=text.count_tokens(values["content"]),
                     embedding=b"" if moved else to_blob(vec), embed_model=self.embedder.name,
                 )
-                self.store.unindex_terms(conn, [row.id])
-                self.store.index_terms(conn, self.namespace, row.id, text.term_counts(values["content"]))
-                self.store.enqueue(conn, self.namespace, [row.id], EMBED if moved else "upsert")
+                self.store.terms.unindex(conn, [row.id])
+                self.store.terms.index(conn, self.namespace, row.id, text.term_counts(values["content"]))
+                self.store.outbox.enqueue(conn, self.namespace, [row.id], EMBED if moved else "upsert")
                 below = context.below(conn, self.namespace, row.path, inclusive=False)
                 context.mark(self.store, conn, self.namespace, below)
                 left.update(vector=moved, below=bool(below))
                 passages.drop(conn, [row.id])
-            self.store.update_node(conn, row.id, **changes)
-            self.store.log(conn, self.namespace, self.session, now, "update", row.id,
-                           dict(values, version=row.version + 1))
-            return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
+            self.store.nodes.update(conn, row.id, **changes)
+            self.store.log.append(conn, self.namespace, self.session, now, "update", row.id,
+                                  dict(values, version=row.version + 1))
+            return node_from_row(self.store.nodes.get(conn, row.id))  # type: ignore[arg-type]
 
         result = self._write_flushing(run)
         if left["vector"]:
@@ -744,10 +745,10 @@ class MemoryTree:
                 imp = min(1.0, imp + f.important_step)
             if confirmed:
                 conf = min(1.0, conf + f.confirmed_step)
-            self.store.update_node(conn, row.id, importance=imp, confidence=conf, version=row.version + 1,
-                                   accessed_at=max(row.accessed_at, now), updated_at=max(row.updated_at, now))
-            self.store.log(conn, self.namespace, self.session, now, "feedback", row.id, {"importance": imp, "confidence": conf})
-            return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
+            self.store.nodes.update(conn, row.id, importance=imp, confidence=conf, version=row.version + 1,
+                                    accessed_at=max(row.accessed_at, now), updated_at=max(row.updated_at, now))
+            self.store.log.append(conn, self.namespace, self.session, now, "feedback", row.id, {"importance": imp, "confidence": conf})
+            return node_from_row(self.store.nodes.get(conn, row.id))  # type: ignore[arg-type]
 
         return self._write_flushing(run)
 
@@ -761,9 +762,9 @@ class MemoryTree:
 
         def run(conn: Connection) -> Node:
             row = self._writer.row(conn, node, lock=True)
-            self.store.update_node(conn, row.id, pinned=pinned, version=row.version + 1)
-            self.store.log(conn, self.namespace, self.session, now, "pin", row.id, {"pinned": pinned})
-            return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
+            self.store.nodes.update(conn, row.id, pinned=pinned, version=row.version + 1)
+            self.store.log.append(conn, self.namespace, self.session, now, "pin", row.id, {"pinned": pinned})
+            return node_from_row(self.store.nodes.get(conn, row.id))  # type: ignore[arg-type]
 
         return self.store.write(run)
 
@@ -784,14 +785,14 @@ class MemoryTree:
                 parent = self._writer.row(conn, new_parent, live=True, ancestors=True)
                 if parent.path.startswith(row.path):
                     raise CycleError(f"cannot move {row.id} under {parent.id}: that is inside its own subtree")
-            sub = sorted(self.store.lock_subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
+            sub = sorted(self.store.tree.lock_subtree(conn, self.namespace, row.path), key=lambda r: r.depth)
             new_path = f"{row.id}/" if parent is None else f"{parent.path}{row.id}/"
             lim = self.config.write
             deepest = (0 if parent is None else parent.depth + 1) + (sub[-1].depth - row.depth)
             if deepest > self._writer.max_depth:
                 raise InvalidInputError(f"the move would put a node at depth {deepest}; "
                                         f"the limit is {self._writer.max_depth} (write.max_depth)")
-            if row.parent_id != (None if parent is None else parent.id) and self.store.child_count(
+            if row.parent_id != (None if parent is None else parent.id) and self.store.tree.child_count(
                     conn, self.namespace, None if parent is None else parent.id, lim.max_children) >= lim.max_children:
                 raise InvalidInputError(f"the new parent has {lim.max_children} children already (write.max_children)")
             info: dict[str, tuple[str, bool]] = {}
@@ -803,17 +804,17 @@ class MemoryTree:
                 pinfo = info.get(r.parent_id) if r.id != row.id else (info.get(parent.id) if parent is not None else None)
                 branch, is_task = branch_info_for(r.id, NodeType(r.type), pinfo, mode)
                 info[r.id] = (branch, is_task)
-                self.store.update_node(
+                self.store.nodes.update(
                     conn, r.id, path=path, depth=path.count("/") - 1, branch_id=branch,
                     **({"parent_id": None if parent is None else parent.id, "version": r.version + 1, "updated_at": now} if r.id == row.id else {}),
                 )
             if parent is not None:
-                self.store.touch(conn, path_ids(parent.path), "active_at", now)
+                self.store.nodes.touch(conn, path_ids(parent.path), "active_at", now)
             if parent is not None or row.parent_id is not None:
                 context.mark(self.store, conn, self.namespace, [r.id for r in sub])
-            self.store.log(conn, self.namespace, self.session, now, "move", row.id,
-                           {"parent": None if parent is None else parent.id, "branch_by": mode})  # portability: replay regroups
-            return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
+            self.store.log.append(conn, self.namespace, self.session, now, "move", row.id,
+                                  {"parent": None if parent is None else parent.id, "branch_by": mode})  # portability: replay regroups
+            return node_from_row(self.store.nodes.get(conn, row.id))  # type: ignore[arg-type]
 
         moved = self.store.write(run)
         self._refresh_context()
@@ -828,7 +829,7 @@ class MemoryTree:
 
         def run(conn: Connection) -> Node:
             row = self._writer.row(conn, node, live=True, lock=True)
-            seq = self.store.log(conn, self.namespace, self.session, now, "focus", row.id, {})
+            seq = self.store.log.append(conn, self.namespace, self.session, now, "focus", row.id, {})
             self._writer.set_active(conn, row.id, now, seq)
             return node_from_row(row)
 
@@ -844,9 +845,9 @@ class MemoryTree:
         now = self._clock()
 
         def run(conn: Connection) -> Checkpoint:
-            active = self.store.get_cursor(conn, self.namespace, self.session)
-            seq = self.store.log(conn, self.namespace, self.session, now, "checkpoint", active, {"note": note})
-            return self.store.add_checkpoint(conn, self.namespace, self.session, active, seq, now, note)
+            active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            seq = self.store.log.append(conn, self.namespace, self.session, now, "checkpoint", active, {"note": note})
+            return self.store.sessions.add_checkpoint(conn, self.namespace, self.session, active, seq, now, note)
 
         return self._write_flushing(run)
 
@@ -860,7 +861,7 @@ class MemoryTree:
 
         def run(conn: Connection) -> list[str]:
             row = self._writer.row(conn, node, live=True, ancestors=True)
-            ids = [r.id for r in self.store.lock_subtree(conn, self.namespace, row.path) if r.status == Status.LIVE.value]
+            ids = [r.id for r in self.store.tree.lock_subtree(conn, self.namespace, row.path) if r.status == Status.LIVE.value]
             self._archive_ids(conn, ids, row.parent_id, now, "archive", row.id)
             return ids
 
@@ -869,11 +870,11 @@ class MemoryTree:
         return ids
 
     def _archive_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, op: str, head: str | None) -> int:
-        seq = self.store.log(conn, self.namespace, self.session, now, op, head, {"ids": list(ids)})
-        self.store.set_status(conn, ids, status=Status.ARCHIVED.value, archived_op=seq)
-        self.store.unindex_terms(conn, ids)
-        self.store.enqueue(conn, self.namespace, ids, "delete")
-        self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
+        seq = self.store.log.append(conn, self.namespace, self.session, now, op, head, {"ids": list(ids)})
+        self.store.nodes.set_status(conn, ids, status=Status.ARCHIVED.value, archived_op=seq)
+        self.store.terms.unindex(conn, ids)
+        self.store.outbox.enqueue(conn, self.namespace, ids, "delete")
+        self.store.sessions.repoint_cursors(conn, self.namespace, ids, fallback, now)
         return seq
 
     # -- portability: time travel, export, import (logic in portability/) ----------
@@ -951,19 +952,19 @@ class MemoryTree:
             row = self._writer.row(conn, node, ancestors=True)
             if row.status == Status.LIVE.value:
                 return node_from_row(row)
-            ancestors = self.store.get_many(conn, path_ids(row.path)[:-1])
+            ancestors = self.store.nodes.get_many(conn, path_ids(row.path)[:-1])
             ids = [a.id for a in ancestors.values() if a.status != Status.LIVE.value]
             ids += [
-                r.id for r in self.store.lock_subtree(conn, self.namespace, row.path)
+                r.id for r in self.store.tree.lock_subtree(conn, self.namespace, row.path)
                 if r.status == Status.ARCHIVED.value and (r.id == row.id or r.archived_op == row.archived_op)
             ]
             for node_id in ids:
-                self.store.update_node(conn, node_id, status=Status.LIVE.value, archived_op=None)
-            for r in self.store.get_many(conn, ids).values():
-                self.store.index_terms(conn, self.namespace, r.id, text.term_counts(r.content))
-            self.store.enqueue(conn, self.namespace, ids, "upsert")
-            self.store.log(conn, self.namespace, self.session, now, "restore", row.id, {"ids": ids})
-            return node_from_row(self.store.get(conn, row.id))  # type: ignore[arg-type]
+                self.store.nodes.update(conn, node_id, status=Status.LIVE.value, archived_op=None)
+            for r in self.store.nodes.get_many(conn, ids).values():
+                self.store.terms.index(conn, self.namespace, r.id, text.term_counts(r.content))
+            self.store.outbox.enqueue(conn, self.namespace, ids, "upsert")
+            self.store.log.append(conn, self.namespace, self.session, now, "restore", row.id, {"ids": ids})
+            return node_from_row(self.store.nodes.get(conn, row.id))  # type: ignore[arg-type]
 
         result = self.store.write(run)
         self._drain()
@@ -978,7 +979,7 @@ class MemoryTree:
 
         def run(conn: Connection) -> list[str]:
             row = self._writer.row(conn, node, ancestors=True)
-            ids = [r.id for r in self.store.lock_subtree(conn, self.namespace, row.path)]
+            ids = [r.id for r in self.store.tree.lock_subtree(conn, self.namespace, row.path)]
             self._delete_ids(conn, ids, row.parent_id, now, row.id)
             return ids
 
@@ -1013,9 +1014,9 @@ class MemoryTree:
 
         def run(conn: Connection) -> int:
             ids = safety.erase_namespace_rows(self.store, conn, self.namespace)
-            self.store.enqueue(conn, self.namespace, ids, "delete")
-            if self.store.audit_on:
-                self.store.audit(conn, self.namespace, self.session, [(now, "erase_ns", [], {"nodes": len(ids)})])
+            self.store.outbox.enqueue(conn, self.namespace, ids, "delete")
+            if self.store.audit.on:
+                self.store.audit.append(conn, self.namespace, self.session, [(now, "erase_ns", [], {"nodes": len(ids)})])
             return len(ids)
 
         n = self.store.write(run)
@@ -1060,11 +1061,11 @@ class MemoryTree:
     def _delete_ids(self, conn: Connection, ids: Sequence[str], fallback: str | None, now: float, head: str | None) -> None:
         # portability: what replay needs of the purged entries, without what they said.
         skeletons = portability.skeletons(conn, self.namespace, ids)
-        self.store.purge_log(conn, self.namespace, ids)
-        self.store.delete_nodes(conn, ids)
-        self.store.enqueue(conn, self.namespace, ids, "delete")
-        self.store.repoint_cursors(conn, self.namespace, ids, fallback, now)
-        self.store.log(conn, self.namespace, self.session, now, "delete", head, {"ids": list(ids), "skeletons": skeletons})
+        self.store.log.purge(conn, self.namespace, ids)
+        self.store.nodes.delete(conn, ids)
+        self.store.outbox.enqueue(conn, self.namespace, ids, "delete")
+        self.store.sessions.repoint_cursors(conn, self.namespace, ids, fallback, now)
+        self.store.log.append(conn, self.namespace, self.session, now, "delete", head, {"ids": list(ids), "skeletons": skeletons})
         for pid in self._pending_access.copy():
             if pid in ids:
                 del self._pending_access[pid]
@@ -1097,10 +1098,10 @@ class MemoryTree:
         at = self._now(now)
 
         def run(conn: Connection) -> ForgetReport:
-            rows = self.store.lock_live_rows(conn, self.namespace, FORGET_COLUMNS)
+            rows = self.store.tree.lock_live_rows(conn, self.namespace, FORGET_COLUMNS)
             protected: set[str] = set()
-            active = self.store.get_cursor(conn, self.namespace, self.session)
-            arow = self.store.get(conn, active) if active else None
+            active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            arow = self.store.nodes.get(conn, active) if active else None
             if arow is not None:
                 protected.update(path_ids(arow.path))
             (ids, parents, types, branches, pinned, importance, confidence, accessed,
@@ -1123,7 +1124,7 @@ class MemoryTree:
             is_empty = is_task & (live_children > 0)
             leaf_tasks = np.flatnonzero(is_task & ~is_empty)
             if f.empty_task < 1 and len(leaf_tasks):
-                emptied = self.store.with_children(conn, self.namespace, [ids[i] for i in leaf_tasks])
+                emptied = self.store.tree.with_children(conn, self.namespace, [ids[i] for i in leaf_tasks])
                 is_empty[[i for i in leaf_tasks.tolist() if ids[i] in emptied]] = True
             weights *= heading_factors(np.arange(len(ids)), parent_row, live_children, is_empty, is_task,
                                        empty_task=f.empty_task, last_in_task=f.last_in_task)
@@ -1136,9 +1137,9 @@ class MemoryTree:
                 if delete:
                     # A forgotten leaf has no live children but may have archived ones:
                     # as with delete(), they go with it rather than be left orphaned.
-                    path_of = {i: row.path for i, row in self.store.get_many(conn, picked).items()}
+                    path_of = {i: row.path for i, row in self.store.nodes.get_many(conn, picked).items()}
                     erased = list(dict.fromkeys(
-                        r.id for i in picked for r in self.store.subtree(conn, self.namespace, path_of[i])
+                        r.id for i in picked for r in self.store.tree.subtree(conn, self.namespace, path_of[i])
                     ))
                     self._delete_ids(conn, erased, None, at, None)
                 else:
@@ -1189,7 +1190,7 @@ class MemoryTree:
         at = self._now(now)
         if query is None:
             with self.store.reading() as conn:
-                active = self.store.get_cursor(conn, self.namespace, self.session)
+                active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
             recall = self._retriever.active_context(active, k=k, budget=budget, now=at)
         else:
             recall = self._retriever.search(query, k=k, budget=budget, branches=nb, now=at)
@@ -1202,9 +1203,9 @@ class MemoryTree:
     def _audit(self, action: str, ids: Sequence[str], detail: Mapping[str, Any]) -> None:
         """An audit entry of its own for a read (retrieve, export); writes are audited
         with their log entries, in their own transaction."""
-        if self.store.audit_on:
+        if self.store.audit.on:
             now = self._clock()
-            self.store.write(lambda conn: self.store.audit(conn, self.namespace, self.session, [(now, action, ids, detail)]))
+            self.store.write(lambda conn: self.store.audit.append(conn, self.namespace, self.session, [(now, action, ids, detail)]))
 
     def _note_access(self, ids: Sequence[str], at: float) -> None:
         for node_id in ids:
@@ -1280,21 +1281,21 @@ class MemoryTree:
         state in its branch, the last checkpoint and the index work replayed at open."""
         self._live_check()
         with self.store.reading() as conn:
-            active_id = self.store.get_cursor(conn, self.namespace, self.session)
-            row = self.store.get(conn, active_id) if active_id else None
+            active_id = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            row = self.store.nodes.get(conn, active_id) if active_id else None
             active = node_from_row(row) if row is not None and row.status == Status.LIVE.value else None
             path: tuple[Node, ...] = ()
             state = None
             if active is not None:
                 ids = path_ids(active.path)
-                rows = self.store.get_many(conn, ids)
+                rows = self.store.nodes.get_many(conn, ids)
                 path = tuple(node_from_row(rows[i]) for i in ids)
-                branch = self.store.branch_rows(conn, self.namespace, [active.branch_id])
+                branch = self.store.tree.branch_rows(conn, self.namespace, [active.branch_id])
                 states = [r for r in branch if r.type == NodeType.STATE.value]
                 if states:
                     state = node_from_row(max(states, key=lambda r: (r.created_at, r.updated_at)))
-            last = self.store.last_checkpoint(conn, self.namespace, self.session)
-            live = self.store.live_count(conn, self.namespace)
+            last = self.store.sessions.last_checkpoint(conn, self.namespace, self.session)
+            live = self.store.tree.live_count(conn, self.namespace)
         return RecoveryState(active=active, path=path, state=state, last_checkpoint=last,
                              replayed=self._replayed, live_nodes=live, problems=self._problems)
 
@@ -1302,11 +1303,11 @@ class MemoryTree:
         """Sizes and shape of the memory, for a dashboard or the command line."""
         self._live_check()
         with self.store.reading() as conn:
-            by_status, by_type, depth = self.store.shape(conn, self.namespace)
-            active_id = self.store.get_cursor(conn, self.namespace, self.session)
-            arow = self.store.get(conn, active_id) if active_id else None
-            last = self.store.last_checkpoint(conn, self.namespace, self.session)
-            seq = self.store.last_seq(conn, self.namespace)
+            by_status, by_type, depth = self.store.tree.shape(conn, self.namespace)
+            active_id = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            arow = self.store.nodes.get(conn, active_id) if active_id else None
+            last = self.store.sessions.last_checkpoint(conn, self.namespace, self.session)
+            seq = self.store.log.last_seq(conn, self.namespace)
         # The files are the whole store's, every namespace's: an operator's figure. A
         # read or write handle (a tenant's) would learn from it how much others wrote.
         disk: int | None = None
@@ -1329,7 +1330,7 @@ class MemoryTree:
         Chroma collection would reject them after the store had committed them, and
         ranking would compare vectors of different lengths."""
         with self.store.reading() as conn:
-            held = self.store.embedding_kind(conn, self.namespace)
+            held = self.store.nodes.embedding_kind(conn, self.namespace)
         if held is None or held[0] == self.embedder.name:
             return  # an empty namespace, or the model that embedded it: nothing to load
         model, dim = held
@@ -1352,20 +1353,20 @@ class MemoryTree:
         key = f"branch_by:{self.namespace}"
 
         def run(conn: Connection) -> None:
-            have = self.store.get_setting(conn, key)
+            have = self.store.settings.get(conn, key)
             if have == mode:
                 return
             if have is not None:
-                rows = sorted(self.store.subtree_all(conn, self.namespace), key=lambda r: r.depth)
+                rows = sorted(self.store.tree.subtree_all(conn, self.namespace), key=lambda r: r.depth)
                 info: dict[str, tuple[str, bool]] = {}
                 for r in rows:
                     b = branch_info_for(r.id, NodeType(r.type), info.get(r.parent_id) if r.parent_id else None, mode)
                     info[r.id] = b
                     if b[0] != r.branch_id:
-                        self.store.update_node(conn, r.id, branch_id=b[0])
+                        self.store.nodes.update(conn, r.id, branch_id=b[0])
                 # portability: logged, so that replay regroups the same way.
-                self.store.log(conn, self.namespace, self.session, self._clock(), "branch_mode", None, {"mode": mode})
-            self.store.set_setting(conn, key, mode)
+                self.store.log.append(conn, self.namespace, self.session, self._clock(), "branch_mode", None, {"mode": mode})
+            self.store.settings.set(conn, key, mode)
 
         self.store.write(run)
 
@@ -1376,7 +1377,7 @@ def _made_with(store: SqlStore, namespace: str, config: Config, default: Embedde
     stored vectors (a memory made before the default changed opens with its own
     model), else ``default``."""
     with store.reading() as conn:
-        held = store.embedding_kind(conn, namespace)
+        held = store.nodes.embedding_kind(conn, namespace)
     if held is None or held[0] == default.name:
         return default
     for spec in EARLIER_DEFAULTS:

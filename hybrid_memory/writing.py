@@ -30,7 +30,8 @@ from .errors import (
 from .ids import new_node_id
 from .model import SUPERSEDING, Node, NodeType, Status, path_ids
 from .recovery import nearest
-from .store.sql import EMBED, SqlStore, node_from_row, to_blob
+from .store.schema import EMBED, node_from_row, to_blob
+from .store.sql import SqlStore
 from .store.vectors import VectorIndex
 from .weights import blend, check_unit
 
@@ -160,8 +161,8 @@ class Writer:
             except HybridMemoryError:
                 pass  # (the write raises it)
         with self.store.reading() as conn:
-            active = self.store.get_cursor(conn, self.namespace, self.session)
-            rows = self.store.get_many(conn, refs | ({active} if active is not None else set()))
+            active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+            rows = self.store.nodes.get_many(conn, refs | ({active} if active is not None else set()))
             above = context.ancestors(self.store, conn, [r.path for r in rows.values()])
 
         def under(node_id: str | None, *, live: bool = False) -> context.Path:
@@ -207,7 +208,7 @@ class Writer:
         path the transaction finds changed is written without its vector, as one
         committed before it, and embedded after the commit (``Written.misread``)."""
         ns, cfg = self.namespace, self.config
-        active_id = self.store.get_cursor(conn, ns, self.session)
+        active_id = self.store.sessions.get_cursor(conn, ns, self.session)
         seen = _Seen(self, conn, prepared, active_id)
         fanout: dict[str | None, int] = {}  # children per parent: stored, plus this batch's
         late: Embedding | None = None
@@ -247,7 +248,7 @@ class Writer:
                 pending.flush()
                 node = self._reinforce(conn, twin, p)
                 if p.key is not None:
-                    by_key[p.key] = self.store.get(conn, node.id)._mapping  # type: ignore[union-attr]
+                    by_key[p.key] = self.store.nodes.get(conn, node.id)._mapping  # type: ignore[union-attr]
                 out.append(node)
                 continue
             node_id = new_node_id()
@@ -294,13 +295,13 @@ class Writer:
             out.append(node_from_row(row))
         pending.flush()
         for node_id, (importance, by) in demoted.items():
-            fresh = self.store.get(conn, node_id)  # (a twin merged into it since it was read)
+            fresh = self.store.nodes.get(conn, node_id)  # (a twin merged into it since it was read)
             if fresh is None or fresh.status != Status.LIVE.value or fresh.importance <= importance:
                 continue
             # A weight the memory changed by itself, not an edit: the version stays.
             values = dict(importance=importance)
-            self.store.update_node(conn, node_id, **values)
-            self.store.log(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
+            self.store.nodes.update(conn, node_id, **values)
+            self.store.log.append(conn, ns, self.session, seen.rows[by]["created_at"], "supersede", node_id, dict(values, by=by))
         return Written(out, late, tuple(misread))
 
     def settle(self, written: Written) -> None:
@@ -321,7 +322,7 @@ class Writer:
         pairs = [(n.id, to_blob(v)) for n, v in zip(written.nodes, got, strict=True)
                  if not n.merged and n.id not in written.misread]
         self.fault("before_vector")
-        self.store.write(lambda conn: self.store.settle_embeddings(conn, self.namespace, pairs), synced=False)
+        self.store.write(lambda conn: self.store.nodes.settle_embeddings(conn, self.namespace, pairs), synced=False)
 
     def _supersede(self, row: RowMap, term_set: set[str], earlier: Sequence[tuple[RowMap, set[str]]],
                    demoted: dict[str, tuple[float, str]]) -> None:
@@ -393,7 +394,7 @@ class Writer:
                 return
             parent_id = None if parent_row is None else parent_row["id"]
             if parent_id not in fanout:
-                fanout[parent_id] = self.store.child_count(conn, self.namespace, parent_id, cfg.write.max_children)
+                fanout[parent_id] = self.store.tree.child_count(conn, self.namespace, parent_id, cfg.write.max_children)
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 seen.read_group(seen.branch_info(parent_row)[0], p.type.value, cfg.dedup.candidates)
             if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
@@ -420,7 +421,7 @@ class Writer:
         head = parent["branch_id"]
         if head == parent["id"]:
             return head, parent["type"] == NodeType.TASK.value
-        row = self.store.get(conn, head)
+        row = self.store.nodes.get(conn, head)
         return head, row is not None and row.type == NodeType.TASK.value
 
     @property
@@ -438,7 +439,7 @@ class Writer:
         if depth > self.max_depth:
             raise InvalidInputError(f"the new node would be at depth {depth}; the limit is {self.max_depth} (write.max_depth)")
         if parent_id not in fanout:
-            fanout[parent_id] = self.store.child_count(conn, self.namespace, parent_id, cfg.max_children)
+            fanout[parent_id] = self.store.tree.child_count(conn, self.namespace, parent_id, cfg.max_children)
         fanout[parent_id] += 1
         if fanout[parent_id] > cfg.max_children:
             where = f"node {parent_id}" if parent_id is not None else "the root"
@@ -493,7 +494,7 @@ class Writer:
 
     def _reinforce(self, conn: Connection, twin: RowMap, p: Prepared) -> Node:
         d = self.config.dedup
-        fresh = self.store.get(conn, twin["id"], lock=True)  # what is raised below is read here
+        fresh = self.store.nodes.get(conn, twin["id"], lock=True)  # what is raised below is read here
         if fresh is not None:  # the twin may be a row of this batch, or an exact twin's few columns
             twin = fresh._mapping
         values = dict(
@@ -503,15 +504,15 @@ class Writer:
             updated_at=max(twin["updated_at"], p.ts),
             version=twin["version"] + 1,
         )
-        self.store.update_node(conn, twin["id"], **values)
-        self.store.touch(conn, path_ids(twin["path"])[:-1], "active_at", p.ts)
-        self.store.log(conn, self.namespace, self.session, p.ts, "merge", twin["id"], dict(values, content=p.content))
-        return node_from_row(self.store.get(conn, twin["id"]), merged=True)  # type: ignore[arg-type]
+        self.store.nodes.update(conn, twin["id"], **values)
+        self.store.nodes.touch(conn, path_ids(twin["path"])[:-1], "active_at", p.ts)
+        self.store.log.append(conn, self.namespace, self.session, p.ts, "merge", twin["id"], dict(values, content=p.content))
+        return node_from_row(self.store.nodes.get(conn, twin["id"]), merged=True)  # type: ignore[arg-type]
 
     def set_active(self, conn: Connection, node_id: str | None, ts: float, seq: int) -> None:
-        self.store.set_cursor(conn, self.namespace, self.session, node_id, ts)
+        self.store.sessions.set_cursor(conn, self.namespace, self.session, node_id, ts)
         if self.config.write.checkpoint_on_focus:
-            self.store.add_checkpoint(conn, self.namespace, self.session, node_id, seq, ts, "focus")
+            self.store.sessions.add_checkpoint(conn, self.namespace, self.session, node_id, seq, ts, "focus")
 
     def row(
         self, conn: Connection, ref: object, *, live: bool = False, lock: bool = False, ancestors: bool = False
@@ -521,7 +522,7 @@ class Writer:
         reads); ``ancestors`` locks its ancestors too, root first (a write that hangs
         something under it or moves it). Both are no-ops on SQLite."""
         node_id = self.node_id(ref)
-        row = self.store.lock_path(conn, node_id) if ancestors else self.store.get(conn, node_id, lock=lock)
+        row = self.store.tree.lock_path(conn, node_id) if ancestors else self.store.nodes.get(conn, node_id, lock=lock)
         return self.checked(node_id, row, live=live)
 
     def node_id(self, ref: object) -> str:
@@ -588,7 +589,7 @@ class _Seen:
     exact-content matches of all items, the embeddings of each (branch, type) a twin
     is looked for in, dedup's nearest rows, branch heads, and the rows the batch
     itself writes. On SQLite (writers serialised) the parents come in one query;
-    elsewhere each parent is locked with its ancestors (``SqlStore.lock_path``) the
+    elsewhere each parent is locked with its ancestors (``store.tree.lock_path``) the
     first time an item names it, so every row kept here is locked or written by this
     batch."""
 
@@ -609,7 +610,7 @@ class _Seen:
         # node when an item names none.
         under = named | ({active_id} if active_id is not None and any(p.parent is None for p in prepared) else set())
         if self._store.is_sqlite:
-            self.rows.update((i, r._mapping) for i, r in self._store.get_many(conn, under).items())
+            self.rows.update((i, r._mapping) for i, r in self._store.nodes.get_many(conn, under).items())
         if writer.config.dedup.enabled:
             # An exact twin lies in a branch that exists already: the branch of a node
             # the batch goes under. An item under an earlier item of the batch is in
@@ -618,8 +619,8 @@ class _Seen:
             heads: set[str] = set()
             if hashes:
                 heads = ({self.rows[i]["branch_id"] for i in under if i in self.rows} if self._store.is_sqlite
-                         else self._store.branches_of(conn, under))
-            for r in self._store.find_by_hashes(conn, writer.namespace, hashes, heads):
+                         else self._store.tree.branches_of(conn, under))
+            for r in self._store.nodes.find_by_hashes(conn, writer.namespace, hashes, heads):
                 self.by_hash.setdefault(r.content_hash, []).append(r._mapping)
 
     def exact_twin(self, p: Prepared, branch: str) -> RowMap | None:
@@ -660,7 +661,7 @@ class _Seen:
         whatever its vector."""
         key = (branch, ntype)
         if key not in self._groups:
-            self._groups[key] = self._store.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
+            self._groups[key] = self._store.nodes.branch_vectors(self._conn, self._writer.namespace, branch, ntype, SCAN_LIMIT)
         group = self._groups[key]
         if group is not None and len(group[0]) <= rows_up_to:
             self._read_near(group[0])
@@ -676,7 +677,7 @@ class _Seen:
         """Read the rows of ``ids`` not read yet as dedup candidates (None: not live)."""
         missing = [i for i in ids if i not in self._near]
         if missing:
-            found = self._store.get_many(self._conn, missing, live_only=True)
+            found = self._store.nodes.get_many(self._conn, missing, live_only=True)
             self._near.update((i, None if i not in found else found[i]._mapping) for i in missing)
 
     def near_rows(self, ids: Sequence[str], branch: str, ntype: str) -> list[RowMap]:
@@ -694,7 +695,7 @@ class _Seen:
         None when not ``strict``)."""
         row = self.rows.get(node_id)
         if row is None:
-            found = self._store.lock_path(self._conn, node_id)
+            found = self._store.tree.lock_path(self._conn, node_id)
             if found is None:
                 if not strict:
                     return None
@@ -719,7 +720,7 @@ class _Seen:
         if head not in self._heads:
             row = self.rows.get(head)
             if row is None:
-                found = self._store.get(self._conn, head)
+                found = self._store.nodes.get(self._conn, head)
                 row = None if found is None else found._mapping
             self._heads[head] = row is not None and row["type"] == NodeType.TASK.value
         return head, self._heads[head]
@@ -812,17 +813,17 @@ class _Pending:
         w, conn = self._writer, self._conn
         store, ns, session = w.store, w.namespace, w.session
         if self._nodes:
-            store.insert_nodes(conn, self._nodes)
-            store.index_terms_many(conn, ns, self._terms)
-            seqs = store.log_many(conn, ns, session, self._log)
-            store.enqueue(conn, ns, [r["id"] for r in self._nodes if r["embedding"]], "upsert")
-            store.enqueue(conn, ns, [r["id"] for r in self._nodes if not r["embedding"]], EMBED)
-            store.touch_each(conn, "active_at", self._touch)
+            store.nodes.insert_many(conn, self._nodes)
+            store.terms.index_many(conn, ns, self._terms)
+            seqs = store.log.append_many(conn, ns, session, self._log)
+            store.outbox.enqueue(conn, ns, [r["id"] for r in self._nodes if r["embedding"]], "upsert")
+            store.outbox.enqueue(conn, ns, [r["id"] for r in self._nodes if not r["embedding"]], EMBED)
+            store.nodes.touch_each(conn, "active_at", self._touch)
             if self._focus:
                 _, last, ts = self._focus[-1]
-                store.set_cursor(conn, ns, session, last, ts)
+                store.sessions.set_cursor(conn, ns, session, last, ts)
                 if w.config.write.checkpoint_on_focus:
-                    store.add_checkpoints(conn, ns, session, [(i, seqs[at], t, "focus") for at, i, t in self._focus])
+                    store.sessions.add_checkpoints(conn, ns, session, [(i, seqs[at], t, "focus") for at, i, t in self._focus])
         self._nodes, self._terms, self._log, self._touch, self._focus = [], [], [], {}, []
 
 

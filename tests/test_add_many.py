@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from hybrid_memory import ROOT, MemoryTree
-from hybrid_memory.store.sql import checkpoints, oplog, terms
+from hybrid_memory.store.schema import checkpoints, oplog, terms
 
 T0 = 1_750_000_000.0
 

@@ -1,4 +1,4 @@
-"""``SqlStore.child_count``: what every write checks against ``write.max_children``.
+"""``store.tree.child_count``: what every write checks against ``write.max_children``.
 It counts the direct children of a parent (the root too), in any status, up to a
 limit, and on SQLite it reads the (namespace, parent_id) index alone: selecting the
 id instead made SQLite look up every child's row, 10 ms per write under a root of
@@ -18,11 +18,11 @@ def test_it_counts_direct_children_of_the_root_and_of_a_node_in_any_status(open_
     mem.add("Hotel breakfast is included for TRV-0", type="fact", parent=kids[0].id)  # a grandchild: not counted
     mem.archive(kids[1].id)
     with mem.store.reading() as conn:
-        assert mem.store.child_count(conn, mem.namespace, None, 100) == 4
-        assert mem.store.child_count(conn, mem.namespace, roots[0].id, 100) == 3  # the archived one too
-        assert mem.store.child_count(conn, mem.namespace, roots[1].id, 100) == 0
-        assert mem.store.child_count(conn, mem.namespace, None, 2) == 2  # counted up to the limit
-        assert mem.store.child_count(conn, "another", None, 100) == 0
+        assert mem.store.tree.child_count(conn, mem.namespace, None, 100) == 4
+        assert mem.store.tree.child_count(conn, mem.namespace, roots[0].id, 100) == 3  # the archived one too
+        assert mem.store.tree.child_count(conn, mem.namespace, roots[1].id, 100) == 0
+        assert mem.store.tree.child_count(conn, mem.namespace, None, 2) == 2  # counted up to the limit
+        assert mem.store.tree.child_count(conn, "another", None, 100) == 0
 
 
 def test_on_sqlite_the_count_reads_the_parent_index_alone(open_memory: Any, backend: str) -> None:
@@ -42,7 +42,7 @@ def test_on_sqlite_the_count_reads_the_parent_index_alone(open_memory: Any, back
             seen.clear()
             event.listen(conn, "before_cursor_execute", note)
             try:
-                mem.store.child_count(conn, mem.namespace, parent, 10)
+                mem.store.tree.child_count(conn, mem.namespace, parent, 10)
             finally:
                 event.remove(conn, "before_cursor_execute", note)
             (statement, parameters), = seen

@@ -146,7 +146,7 @@ def server_ids(url: str, namespace: str) -> set[str]:
 
 def pending(mem: MemoryTree) -> int:
     with mem.store.reading() as conn:
-        return len(mem.store.pending(conn, mem.namespace))
+        return len(mem.store.outbox.pending(conn, mem.namespace))
 
 
 def open_remote(folder: Path, namespace: str, url: str, embedder: SentenceTransformerEmbedder, clock: Clock) -> MemoryTree:

@@ -130,13 +130,13 @@ def test_the_kept_count_follows_adds_off_the_log(open_memory: Any, tmp_path: Any
     notes = [n for n in mem.nodes() if n.content.startswith("工单备注")]
     task = notes[0].parent_id
     counted = []
-    real = mem.store.live_count
+    real = mem.store.tree.live_count
 
     def counting(conn: Any, namespace: str) -> int:
         counted.append(namespace)
         return real(conn, namespace)
 
-    mem.store.live_count = counting  # type: ignore[method-assign]
+    mem.store.tree.live_count = counting  # type: ignore[method-assign]
     for i, change in enumerate((
         lambda: mem.add("工单备注：酒店发票需要盖章", type="event", parent=task),
         lambda: mem.add_many([{"content": f"Ticket note {i}: hotel invoice stamped", "type": "event", "parent": task}
@@ -208,6 +208,6 @@ def test_a_handle_spreads_as_a_fresh_one_once_the_memory_grows_past_a_few_branch
     other = open_memory(folder=folder, retrieval={"spread_branches": 2})
     assert _agree(mine, answer(other))
     with mem.store.reading() as conn:
-        assert mem.store.has_more_branches(conn, mem.namespace, 2)
+        assert mem.store.tree.has_more_branches(conn, mem.namespace, 2)
         assert mem._retriever._has_more_branches(conn, 2)
     assert mem._retriever._branchy is not None and mem._retriever._branchy[0] != seq_before[0]

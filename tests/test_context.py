@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from hybrid_memory import ROOT, MemoryTree, context
-from hybrid_memory.store.sql import from_blob, nodes, to_blob
+from hybrid_memory.store.schema import from_blob, nodes, to_blob
 from hybrid_memory.writing import Writer
 
 CASES = {
@@ -31,7 +31,7 @@ def case(request: pytest.FixtureRequest) -> dict[str, str]:
 
 def stored(mem: MemoryTree, node_id: str) -> np.ndarray:
     with mem.store.reading() as conn:
-        return mem.store.embeddings(conn, [node_id])[node_id]
+        return mem.store.nodes.embeddings(conn, [node_id])[node_id]
 
 
 def read_in(mem: MemoryTree, content: str, *above: str) -> np.ndarray:
@@ -156,7 +156,7 @@ def test_a_memory_made_before_vectors_read_their_path_is_read_again_when_opened(
 
     def as_before(conn: Any) -> None:  # what an earlier version stored
         conn.execute(update(nodes).where(nodes.c.id == detail.id).values(embedding=to_blob(alone)))
-        mem.store.set_setting(conn, context.setting_key(mem.namespace), "")
+        mem.store.settings.set(conn, context.setting_key(mem.namespace), "")
 
     mem.store.write(as_before)
     assert from_blob(to_blob(alone)).shape == stored(mem, detail.id).shape
@@ -171,7 +171,7 @@ def test_rewinding_a_rename_reads_the_vectors_below_with_the_earlier_name(open_m
     trip = mem.add(case["trip"], type="task", parent=ROOT)
     detail = mem.add(case["detail"], type="event", parent=trip)
     with mem.store.reading() as conn:
-        seq = mem.store.last_seq(conn, mem.namespace)
+        seq = mem.store.log.last_seq(conn, mem.namespace)
     mem.update(trip, content=case["renamed"])
     mem.rewind(seq=seq)
     assert mem.get(trip.id).content == case["trip"]

@@ -354,14 +354,14 @@ def test_a_branch_too_large_to_score_whole_asks_the_vector_index(open_memory: An
                 "Rotated the TLS certificate on the gateway", "Escalated the billing outage to a vendor"]
     first = [mem.add(x, type="event", parent=task) for x in lines]
     scanned: list[Any] = []
-    original = type(mem.store).branch_vectors
+    original = type(mem.store.nodes).branch_vectors
 
     def spy(self: Any, conn: Any, ns: str, branch: str, ntype: str, limit: int) -> Any:
         out = original(self, conn, ns, branch, ntype, limit)
         scanned.append(out)
         return out
 
-    monkeypatch.setattr(type(mem.store), "branch_vectors", spy)
+    monkeypatch.setattr(type(mem.store.nodes), "branch_vectors", spy)
     monkeypatch.setattr(writing, "SCAN_LIMIT", 2)
     asked: list[int] = []
     nearest = writing.Writer.dedup_candidates

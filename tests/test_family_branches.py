@@ -1,4 +1,4 @@
-"""``SqlStore.branches_under``: the branches of a top-level task's family, which
+"""``store.tree.branches_under``: the branches of a top-level task's family, which
 retrieval opens with a located branch (``retrieval.family_open``). Real model,
 SQLite and PostgreSQL."""
 
@@ -21,7 +21,7 @@ def test_it_lists_the_live_branches_under_a_root_and_nothing_else(open_memory: A
     other = mem.add("Expense claim EXP-2291: taxi receipts from Berlin", type="task", parent=ROOT)
     mem.add("The claim waits for Maria's approval", type="state", parent=other.id)
     with mem.store.reading() as conn:
-        family = mem.store.branches_under(conn, mem.namespace, ticket.id)
+        family = mem.store.tree.branches_under(conn, mem.namespace, ticket.id)
         assert family == sorted({ticket.id, repro.id, deeper.id})  # not the archived one, not EXP-2291's
-        assert mem.store.branches_under(conn, mem.namespace, other.id) == [other.id]
-        assert mem.store.branches_under(conn, "another", ticket.id) == []
+        assert mem.store.tree.branches_under(conn, mem.namespace, other.id) == [other.id]
+        assert mem.store.tree.branches_under(conn, "another", ticket.id) == []

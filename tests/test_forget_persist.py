@@ -11,7 +11,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy import text as sql
 
 from hybrid_memory import ROOT, MemoryTree, NotFoundError, Status
-from hybrid_memory.store.sql import oplog, terms
+from hybrid_memory.store.schema import oplog, terms
 from hybrid_memory.text import terms as text_terms
 
 DAY = 86400.0

@@ -193,8 +193,8 @@ def snapshot(mem: MemoryTree) -> dict[str, str]:
         for n in mem.nodes(include_archived=True)
     )
     with mem.store.reading() as conn:
-        seq = mem.store.last_seq(conn, mem.namespace)
-        cursor = mem.store.get_cursor(conn, mem.namespace, mem.session)
+        seq = mem.store.log.last_seq(conn, mem.namespace)
+        cursor = mem.store.sessions.get_cursor(conn, mem.namespace, mem.session)
     return {
         "nodes": repr(nodes),
         "log": repr(seq),
@@ -800,7 +800,7 @@ class CliWorld:
         store = SqlStore.sqlite(self.folder / "memory.db")
         try:
             with store.reading() as conn:
-                live = store.live_count(conn, "cli")
+                live = store.tree.live_count(conn, "cli")
         finally:
             store.close()
         if live < 4:
@@ -835,8 +835,8 @@ def store_snapshot(folder: Path, namespace: str = "cli") -> str:
     store = SqlStore.sqlite(folder / "memory.db")
     try:
         with store.reading() as conn:
-            rows = sorted(tuple(r) for r in store.subtree_all(conn, namespace))
-            return repr((rows, store.last_seq(conn, namespace), store.get_cursor(conn, namespace, "main")))
+            rows = sorted(tuple(r) for r in store.tree.subtree_all(conn, namespace))
+            return repr((rows, store.log.last_seq(conn, namespace), store.sessions.get_cursor(conn, namespace, "main")))
     finally:
         store.close()
 

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from hybrid_memory import ROOT, MemoryTree, text
 from hybrid_memory.accel import lexicon as lexicon_module
 from hybrid_memory.accel.lexicon import Lexicon
-from hybrid_memory.store.sql import nodes, terms
+from hybrid_memory.store.schema import nodes, terms
 
 ABSENT = ["nonexistentword", "不存在的词"]
 
@@ -43,11 +43,11 @@ def _agrees_one(mem: MemoryTree, lex: Lexicon) -> set[str]:
         every = list(conn.execute(select(nodes.c.id).where(nodes.c.namespace == ns)).scalars())
         held = list(conn.execute(select(terms.c.node_id).where(terms.c.namespace == ns).distinct()).scalars())
         query = words + ABSENT
-        assert lex.term_df(conn, ns, query) == store.term_df(conn, ns, query)
+        assert lex.term_df(conn, ns, query) == store.terms.term_df(conn, ns, query)
         groups = [[w] for w in words[:40]] + [words[40:80]] + [ABSENT]
-        assert lex.term_masks(conn, ns, groups) == store.term_masks(conn, ns, groups)
-        assert sorted(lex.postings(conn, ns, query, every)) == sorted(store.postings(conn, ns, query, every))
-        assert lex.tie_keys(conn, held) == store.tie_keys(conn, held)
+        assert lex.term_masks(conn, ns, groups) == store.terms.term_masks(conn, ns, groups)
+        assert sorted(lex.postings(conn, ns, query, every)) == sorted(store.terms.postings(conn, ns, query, every))
+        assert lex.tie_keys(conn, held) == store.terms.tie_keys(conn, held)
     return set(words)
 
 
@@ -80,7 +80,7 @@ def test_the_copy_answers_as_the_store_after_every_kind_of_write(open_memory: An
     assert _agrees(mem, lex) == set()  # an empty memory
     task = mem.add("Support ticket TKT-7 printer offline on floor 3", type="task", parent=ROOT)
     with mem.store.reading() as conn:
-        first = mem.store.last_seq(conn, mem.namespace)
+        first = mem.store.log.last_seq(conn, mem.namespace)
     one = mem.add("Reinstalled the printer driver", type="event", parent=task)
     assert "printer" in _agrees(mem, lex)
     mem.add_many([{"content": f"Printer note {i}: toner and paper checked", "type": "event", "parent": task.id}
@@ -240,7 +240,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
             words = QueryWords(mem.store, conn, mem.namespace, [term], 0, None, index)
             return words.top(7, lambda ids: index.tie_keys(conn, ids))
 
-    expected = top(mem.store)
+    expected = top(mem.store.terms)
     assert len(expected) == 7 and len({share for _, share in expected}) <= 2
     assert top(lex) == expected  # (reads the tie keys of every tied memory)
     with mem.store.reading() as conn:
@@ -258,7 +258,7 @@ def test_a_tie_at_the_edge_names_only_the_newest_and_answers_as_the_store(open_m
         lex.sync(conn)
         again = lex.term_mask_arrays(conn, mem.namespace, [[term]])
     assert again is not None and again.newest(again.nodes, 7) is None  # (one time not known yet)
-    assert top(lex) == top(mem.store)  # (and reads it)
+    assert top(lex) == top(mem.store.terms)  # (and reads it)
     assert again.newest(again.nodes, 7) is not None
-    assert top(lex) == top(mem.store)
+    assert top(lex) == top(mem.store.terms)
     assert marks.newest(tied, len(tied)) is None and marks.newest(tied, 0) is None

@@ -13,7 +13,7 @@ import pytest
 
 from hybrid_memory import ROOT
 from hybrid_memory.model import Node, NodeType, Status
-from hybrid_memory.store.sql import node_from_row, nodes
+from hybrid_memory.store.schema import node_from_row, nodes
 
 
 def _by_constructor(m: Any, merged: bool = False) -> Node:
@@ -62,9 +62,9 @@ def test_an_unknown_stored_type_or_status_is_refused_as_the_enum_refuses_it(open
 
 def test_the_driver_reads_give_what_sqlalchemy_reads(open_memory: Any) -> None:
     """Retrieval's hot reads go through SQLite's own cursor where no column is sealed
-    (SqlStore.node_rows and friends): the same rows, values and order as the
+    (store.nodes.node_rows and friends): the same rows, values and order as the
     SQLAlchemy statements they stand for (on PostgreSQL both are the statements)."""
-    from hybrid_memory.store import sql
+    from hybrid_memory.store import log, outbox, schema, tree
 
     mem = open_memory(write={"index_batch": 64})  # (index writes wait in the outbox)
     trip = mem.add("出差 TRV-88 去里斯本", type="task", parent=ROOT)
@@ -81,8 +81,8 @@ def test_the_driver_reads_give_what_sqlalchemy_reads(open_memory: Any) -> None:
         assert len(every) == 6
         for live_only in (False, True):
             for embedding in (False, True):
-                plain = store.node_rows(conn, ids, live_only=live_only, embedding=embedding)
-                alchemy = store.get_many(conn, ids, live_only=live_only, embedding=embedding)
+                plain = store.nodes.node_rows(conn, ids, live_only=live_only, embedding=embedding)
+                alchemy = store.nodes.get_many(conn, ids, live_only=live_only, embedding=embedding)
                 assert plain.keys() == alchemy.keys() and (gone.id in plain) is not live_only
                 for i, row in plain.items():
                     assert node_from_row(row) == node_from_row(alchemy[i])
@@ -90,18 +90,18 @@ def test_the_driver_reads_give_what_sqlalchemy_reads(open_memory: Any) -> None:
                     if embedding:
                         assert row.embedding == alchemy[i].embedding and len(row.embedding) > 0
                     if store.is_sqlite:
-                        assert type(row) is (sql.NodeRowEmbedded if embedding else sql.NodeRow)
+                        assert type(row) is (schema.NodeRowEmbedded if embedding else schema.NodeRow)
         heads = [trip.id, visa.id, other.id]
-        plain_rows = store.branch_rows(conn, ns, heads)
-        alchemy_rows = conn.execute(sql._Q.branch_rows, {"ns": ns, "branches": heads}).all()
+        plain_rows = store.tree.branch_rows(conn, ns, heads)
+        alchemy_rows = conn.execute(tree.Statements.branch_rows, {"ns": ns, "branches": heads}).all()
         assert [r.id for r in plain_rows] == [r.id for r in alchemy_rows] and len(plain_rows) == 5
         assert [node_from_row(r) for r in plain_rows] == [node_from_row(r) for r in alchemy_rows]
         assert [r.embedding for r in plain_rows] == [r.embedding for r in alchemy_rows]
-        lo, hi = sql.subtree_range(f"{trip.id}/")
-        assert store.branches_under(conn, ns, trip.id) == [
-            r[0] for r in conn.execute(sql._Q.branches_under, {"ns": ns, "lo": lo, "hi": hi})] == sorted([trip.id, visa.id])
-        assert store.last_seq(conn, ns) == conn.execute(sql._Q.last_seq, {"ns": ns}).scalar() > 0
-        assert store.last_seq(conn, "no-such-namespace") == 0
-        waiting = store.pending_upserts(conn, ns)
-        assert waiting == [r[0] for r in conn.execute(sql._Q.pending_upserts, {"ns": ns, "limit": 4096})]
+        lo, hi = schema.subtree_range(f"{trip.id}/")
+        assert store.tree.branches_under(conn, ns, trip.id) == [
+            r[0] for r in conn.execute(tree.Statements.branches_under, {"ns": ns, "lo": lo, "hi": hi})] == sorted([trip.id, visa.id])
+        assert store.log.last_seq(conn, ns) == conn.execute(log.Statements.last_seq, {"ns": ns}).scalar() > 0
+        assert store.log.last_seq(conn, "no-such-namespace") == 0
+        waiting = store.outbox.pending_upserts(conn, ns)
+        assert waiting == [r[0] for r in conn.execute(outbox.Statements.pending_upserts, {"ns": ns, "limit": 4096})]
         assert {trip.id, hotel.id, visa.id, other.id} <= set(waiting)  # (index writes wait for 64)

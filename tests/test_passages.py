@@ -77,7 +77,7 @@ def test_a_detail_deep_in_a_long_memory_is_found_and_shown_by_its_passage(open_m
     assert recall.tokens <= 400 < text.count_tokens(doc)
     # The stored passages are the cut of what the memory holds now.
     with mem.store.reading() as conn:
-        held = passages.read(conn, mem.store.get_many(conn, [node_id]))[node_id]
+        held = passages.read(conn, mem.store.nodes.get_many(conn, [node_id]))[node_id]
     assert held.spans == tuple(passages.cut(doc, mem.config.write.passage_tokens))
 
 
@@ -88,11 +88,11 @@ def test_new_content_is_cut_again_and_erasure_takes_the_passages(open_memory: An
     shorter = doc[: len(doc) // 2]
     mem.update(node_id, content=shorter)
     with mem.store.reading() as conn:
-        held = passages.read(conn, mem.store.get_many(conn, [node_id]))[node_id]
+        held = passages.read(conn, mem.store.nodes.get_many(conn, [node_id]))[node_id]
     assert held.spans == tuple(passages.cut(shorter, mem.config.write.passage_tokens))
     mem.update(node_id, content="Now a short note." if lang == "en" else "现在只是一条短笔记。")
     with mem.store.reading() as conn:
-        assert passages.read(conn, mem.store.get_many(conn, [node_id])) == {}
+        assert passages.read(conn, mem.store.nodes.get_many(conn, [node_id])) == {}
         assert passages.uncut(conn, mem.namespace, mem.config.write.passage_tokens) == []
     mem.update(node_id, content=doc)
     mem.erase(node_id)
@@ -103,7 +103,7 @@ def test_new_content_is_cut_again_and_erasure_takes_the_passages(open_memory: An
 def passages_of(node_id: str) -> Any:
     from sqlalchemy import select
 
-    from hybrid_memory.store.sql import passages as table
+    from hybrid_memory.store.schema import passages as table
 
     return select(table.c.seq).where(table.c.node_id == node_id)
 

@@ -28,7 +28,7 @@ from hybrid_memory import (
 )
 from hybrid_memory import portability as P
 from hybrid_memory.portability import snapshot
-from hybrid_memory.store.sql import checkpoints, cursors, nodes, oplog
+from hybrid_memory.store.schema import checkpoints, cursors, nodes, oplog
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -40,7 +40,7 @@ def ops_of(mem: MemoryTree) -> list[P.Op]:
 
 def last_seq(mem: MemoryTree) -> int:
     with mem.store.reading() as conn:
-        return mem.store.last_seq(conn, mem.namespace)
+        return mem.store.log.last_seq(conn, mem.namespace)
 
 
 def assert_same(a: P.State, b: P.State, what: str = "") -> None:
@@ -227,7 +227,7 @@ def _assert_untouched(mem: MemoryTree) -> None:
     assert counts(mem) == {"nodes": 0, "ops": 0, "cursors": 0, "checkpoints": 0}
     assert mem.index.ids(mem.namespace) == set()
     with mem.store.reading() as conn:
-        assert mem.store.pending(conn, mem.namespace) == []
+        assert mem.store.outbox.pending(conn, mem.namespace) == []
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ def test_an_import_that_fails_inside_its_transaction_leaves_nothing(open_memory,
     src.export(file)
     dst = open_memory(folder=tmp_path / "dst")
     calls = {"n": 0}
-    real = dst.store.index_terms
+    real = dst.store.terms.index
 
     def failing(*args: Any, **kwargs: Any) -> None:
         calls["n"] += 1
@@ -308,7 +308,7 @@ def test_an_import_that_fails_inside_its_transaction_leaves_nothing(open_memory,
             raise RuntimeError("disk on fire")
         real(*args, **kwargs)
 
-    monkeypatch.setattr(dst.store, "index_terms", failing)
+    monkeypatch.setattr(dst.store.terms, "index", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
         dst.import_(file)
     monkeypatch.undo()
@@ -611,7 +611,7 @@ def test_restore_seq_brings_back_exactly_the_earlier_tree_and_is_undoable(open_m
         assert mem.index.query("t", old[None, :], 1)[0][0][0] == i
     assert ids["st"] in mem.retrieve("waiting for approval from finance").ids
     with mem.store.reading() as conn:
-        assert mem.store.pending(conn, "t") == []
+        assert mem.store.outbox.pending(conn, "t") == []
     assert_replays(mem)  # the time_travel entry replays to the same tree
 
     # Undo the restore: back to where the bad writes had left it.

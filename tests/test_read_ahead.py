@@ -54,7 +54,7 @@ def ops(mem: MemoryTree) -> list[str]:
     """The operation log's kinds of entry, in order."""
     from sqlalchemy import select
 
-    from hybrid_memory.store.sql import oplog
+    from hybrid_memory.store.schema import oplog
 
     with mem.store.reading() as conn:
         return list(conn.execute(select(oplog.c.op).where(oplog.c.namespace == mem.namespace)
@@ -63,12 +63,12 @@ def ops(mem: MemoryTree) -> list[str]:
 
 def stored(mem: MemoryTree, ids: Sequence[str]) -> dict[str, np.ndarray]:
     with mem.store.reading() as conn:
-        return mem.store.embeddings(conn, list(ids))
+        return mem.store.nodes.embeddings(conn, list(ids))
 
 
 def state(mem: MemoryTree) -> tuple[Any, ...]:
     with mem.store.reading() as conn:
-        seq = mem.store.last_seq(conn, mem.namespace)
+        seq = mem.store.log.last_seq(conn, mem.namespace)
     nodes = [(n.id, n.content, n.version, round(n.confidence, 9), n.status) for n in mem.nodes(include_archived=True)]
     return nodes, seq, mem.index.ids(mem.namespace)
 
@@ -97,9 +97,9 @@ FACTS_ZH = [
 def test_single_adds_store_their_real_embeddings(open_memory, embedder, facts, monkeypatch):
     mem = open_memory()
     late: list[str] = []
-    settle = mem.store.settle_embeddings
-    monkeypatch.setattr(mem.store, "settle_embeddings", lambda conn, ns, pairs: (late.extend(i for i, _ in pairs),
-                                                                                  settle(conn, ns, pairs)))
+    settle = mem.store.nodes.settle_embeddings
+    monkeypatch.setattr(mem.store.nodes, "settle_embeddings", lambda conn, ns, pairs: (late.extend(i for i, _ in pairs),
+                                                                                        settle(conn, ns, pairs)))
     task = mem.add("Trip and expenses" if facts is FACTS_EN else "出差与报销", type="task", parent=ROOT)
     written = [mem.add(f, type="fact") for f in facts]
     new = [n for n in written if not n.merged]
@@ -303,7 +303,7 @@ def crash_before_vector(point: str) -> None:
 
 def outbox_actions(mem: MemoryTree, node_id: str) -> list[str]:
     with mem.store.reading() as conn:
-        return [r.action for r in mem.store.pending(conn, mem.namespace) if r.node_id == node_id]
+        return [r.action for r in mem.store.outbox.pending(conn, mem.namespace) if r.node_id == node_id]
 
 
 def only_new(mem: MemoryTree, before: set[str]) -> str:

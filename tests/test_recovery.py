@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select, update
 
 from hybrid_memory import ROOT, ConflictError, MemoryTree
-from hybrid_memory.store.sql import oplog
+from hybrid_memory.store.schema import oplog
 
 
 class Crash(Exception):

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from hybrid_memory import ROOT, retokenize, text
-from hybrid_memory.store.sql import terms
+from hybrid_memory.store.schema import terms
 
 MEMORIES = {
     "en": ("Support ticket for the upload failure", ["Reproduced the upload failure on Android 14",
@@ -58,9 +58,9 @@ def test_an_old_index_is_rebuilt_on_open_and_then_found(open_memory: Any, clock:
     assert current == {i: dict(text.term_counts(c)) for i, c in written.items()}
 
     def as_version_one(conn: Any) -> None:
-        mem.store.unindex_terms(conn, ids)
-        mem.store.index_terms_many(conn, "t", [(i, version_one(c)) for i, c in written.items()])
-        mem.store.set_setting(conn, retokenize.version_key("t"), "1")
+        mem.store.terms.unindex(conn, ids)
+        mem.store.terms.index_many(conn, "t", [(i, version_one(c)) for i, c in written.items()])
+        mem.store.settings.set(conn, retokenize.version_key("t"), "1")
 
     mem.store.write(as_version_one)
     assert postings(mem, ids) != current
@@ -69,14 +69,14 @@ def test_an_old_index_is_rebuilt_on_open_and_then_found(open_memory: Any, clock:
     again = open_memory(namespace="t", folder=folder)
     assert postings(again, ids) == current
     with again.store.reading() as conn:
-        assert again.store.get_setting(conn, retokenize.version_key("t")) == text.TERMS_VERSION
+        assert again.store.settings.get(conn, retokenize.version_key("t")) == text.TERMS_VERSION
     assert again.verify().clean
     recall = again.retrieve(QUERY[lang], k=2, reinforce=False)
     assert ids[1] in recall.ids
     # Opened again: nothing left to do; forced again: the same postings (an interrupted
     # pass finishes the same way).
     assert retokenize.check_terms(again.store, "t") == 0
-    again.store.write(lambda conn: again.store.set_setting(conn, retokenize.version_key("t"), "1"))
+    again.store.write(lambda conn: again.store.settings.set(conn, retokenize.version_key("t"), "1"))
     assert retokenize.check_terms(again.store, "t") == 3
     assert postings(again, ids) == current
 
@@ -89,10 +89,10 @@ def test_a_new_memory_records_the_version_and_other_namespaces_keep_theirs(open_
     b = open_memory(namespace="b", folder=folder)
     node = b.add("报销单还在财务审核", type="event")
     with a.store.reading() as conn:
-        assert a.store.get_setting(conn, retokenize.version_key("a")) == text.TERMS_VERSION
-        assert a.store.get_setting(conn, retokenize.version_key("b")) == text.TERMS_VERSION
+        assert a.store.settings.get(conn, retokenize.version_key("a")) == text.TERMS_VERSION
+        assert a.store.settings.get(conn, retokenize.version_key("b")) == text.TERMS_VERSION
     # Re-indexing one namespace touches no other's postings.
     before = postings(b, [node.id])
-    a.store.write(lambda conn: a.store.set_setting(conn, retokenize.version_key("a"), "1"))
+    a.store.write(lambda conn: a.store.settings.set(conn, retokenize.version_key("a"), "1"))
     assert retokenize.check_terms(a.store, "a") == 1
     assert postings(b, [node.id]) == before

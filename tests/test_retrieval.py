@@ -218,7 +218,7 @@ def spreads(mem: MemoryTree, query: str) -> bool:
     if cfg.spread_branches <= 0:
         return False
     with mem.store.reading() as conn:
-        return not mem.store.has_more_branches(conn, mem.namespace, cfg.spread_branches)
+        return not mem.store.tree.has_more_branches(conn, mem.namespace, cfg.spread_branches)
 
 
 def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, now: float) -> None:

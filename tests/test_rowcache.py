@@ -151,7 +151,7 @@ def test_the_cache_keeps_at_most_its_capacity_and_only_live_rows_when_asked(open
         assert len(cache) == 3 and list(cache._rows) == [n.id for n in notes[2:]]  # the least recently used went
         assert set(view.rows([n.id for n in notes], live_only=True)) == {n.id for n in notes[1:]}
         assert [r.id for r in view.branch_rows([task.id])] == [r.id for r in
-                                                               mem.store.branch_rows(conn, mem.namespace, [task.id])]
+                                                               mem.store.tree.branch_rows(conn, mem.namespace, [task.id])]
     assert cache.hits > 0 and cache.misses >= 5
 
 
@@ -200,7 +200,7 @@ def test_the_tree_changes_shape_on_adds_deletes_and_moves_only(open_memory: Any,
 
     def where() -> tuple[int, int]:
         with mem.store.reading() as conn:
-            return mem.store.rows_position(conn, mem.namespace)
+            return mem.store.changes.rows_position(conn, mem.namespace)
 
     start = where()
     task = mem.add("出差 TRV-88 去里斯本", type="task", parent=ROOT)

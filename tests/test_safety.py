@@ -307,7 +307,7 @@ def test_the_audit_trail_records_who_did_what_without_contents(open_memory: Open
     mem.export(mem.folder / "x.jsonl")  # type: ignore[operator]
     from sqlalchemy import select
 
-    from hybrid_memory.store.sql import audit
+    from hybrid_memory.store.schema import audit
 
     with mem.store.reading() as conn:
         rows = [dict(r._mapping) for r in conn.execute(select(audit).order_by(audit.c.seq))]
@@ -417,7 +417,7 @@ def test_erase_leaves_no_bytes_of_a_subtree_on_disk(tmp_path: Path, embedder: Se
         with store.reading() as conn:
             from sqlalchemy import select
 
-            from hybrid_memory.store.sql import audit
+            from hybrid_memory.store.schema import audit
             row = conn.execute(select(audit).where(audit.c.action == "delete")).one()
         assert set(json.loads(row.node_ids)) == set(erased)
     finally:
@@ -555,7 +555,7 @@ def test_erase_namespace_empties_every_table_on_both_backends(open_memory: OpenM
     namespace's rows are all still there; its vectors too."""
     from sqlalchemy import func, select
 
-    from hybrid_memory.store.sql import checkpoints, cursors, nodes, oplog, outbox, terms
+    from hybrid_memory.store.schema import checkpoints, cursors, nodes, oplog, outbox, terms
 
     gone = _audited(open_memory, namespace="gone")
     stay = open_memory(namespace="stay")

@@ -42,8 +42,8 @@ from hybrid_memory import (  # noqa: E402
     Status,
 )
 from hybrid_memory import text as hm_text  # noqa: E402
-from hybrid_memory.store.sql import term_counts  # noqa: E402
-from hybrid_memory.store.sql import terms as terms_table  # noqa: E402
+from hybrid_memory.store.schema import term_counts  # noqa: E402
+from hybrid_memory.store.schema import terms as terms_table  # noqa: E402
 
 # -- the real model, loaded once per process ------------------------------------------
 
@@ -241,7 +241,7 @@ class MemoryTreeMachine(RuleBasedStateMachine):
 
     def cursor(self) -> str | None:
         with self.mem.store.reading() as conn:
-            return self.mem.store.get_cursor(conn, self.namespace, self.mem.session)
+            return self.mem.store.sessions.get_cursor(conn, self.namespace, self.mem.session)
 
     # -- writing ----------------------------------------------------------------------
 

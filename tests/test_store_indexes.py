@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from hybrid_memory import ROOT
-from hybrid_memory.store.sql import _Q, FORGET_COLUMNS, FORGET_INDEX, sqlite_live_sql
+from hybrid_memory.store.nodes import Statements
+from hybrid_memory.store.schema import FORGET_COLUMNS, FORGET_INDEX, sqlite_live_sql
 
 
 def _plan(mem: Any, sql: str, params: Any) -> str:
@@ -39,11 +40,11 @@ def test_on_sqlite_only_a_forget_pass_reads_the_forget_index(open_memory: Any, b
     fact = mem.add("住在里斯本的酒店，含早餐", type="fact", parent=task)
     assert "COVERING INDEX hm_nodes_forget" in _plan(mem, sqlite_live_sql(FORGET_COLUMNS), (mem.namespace,))
     with mem.store.reading() as conn:
-        read = mem.store.live_columns(conn, mem.namespace, FORGET_COLUMNS)
+        read = mem.store.tree.live_columns(conn, mem.namespace, FORGET_COLUMNS)
         assert sorted(r[0] for r in read) == sorted([task.id, fact.id])
         assert {r[0]: r[1] for r in read} == {task.id: None, fact.id: task.id}
     # The dedup read of a write, which once took this index: the branch's index, by seeks.
-    compiled = _Q.branch_vectors.compile(dialect=sqlite_dialect.dialect())
+    compiled = Statements.branch_vectors.compile(dialect=sqlite_dialect.dialect())
     values = {"ns": mem.namespace, "branch": task.id, "type": "fact", "limit": 65}
     params = [values.get(name, compiled.params.get(name)) for name in compiled.positiontup or ()]
     plan = _plan(mem, compiled.string, params)

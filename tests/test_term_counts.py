@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select, update
 
 from hybrid_memory import ROOT, MemoryTree, text
 from hybrid_memory.cli import main as cli
-from hybrid_memory.store.sql import term_counts, terms
+from hybrid_memory.store.schema import term_counts, terms
 
 
 def _counts(mem: MemoryTree) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
@@ -47,7 +47,7 @@ def test_the_counts_follow_every_kind_of_write(open_memory: Any, tmp_path: Path)
     mem = open_memory(dedup={"enabled": False})
     task = mem.add("Support ticket TKT-7 printer offline on floor 3", type="task", parent=ROOT)
     with mem.store.reading() as conn:
-        first = mem.store.last_seq(conn, mem.namespace)
+        first = mem.store.log.last_seq(conn, mem.namespace)
     one = mem.add("Reinstalled the printer driver", type="event", parent=task)
     mem.add_many([{"content": f"Printer note {i}: toner and paper checked", "type": "event", "parent": task.id}
                   for i in range(6)])

@@ -135,13 +135,13 @@ class Lexicon:
 
     def _sync(self, conn: Connection) -> None:
         store, ns = self._store, self._namespace
-        pos = store.terms_position(conn, ns)
+        pos = store.changes.terms_position(conn, ns)
         if pos == self.position:
             return
         if self.position < 0 or pos < self.position:
             self._load(conn)
         else:
-            changed = store.terms_changed_since(conn, ns, self.position)
+            changed = store.changes.terms_changed_since(conn, ns, self.position)
             if "" in changed or len(changed) > max(_CATCH_UP_MIN, len(self._ix) // 4):
                 self._load(conn)
             else:
@@ -157,7 +157,7 @@ class Lexicon:
         counts: Counter[str] = Counter()
         node_parts: list[np.ndarray[Any, Any]] = []
         tf_parts: list[np.ndarray[Any, Any]] = []
-        cur = self._store.all_postings(conn, self._namespace)
+        cur = self._store.terms.all_postings(conn, self._namespace)
         while rows := cur.fetchmany(_READ_CHUNK):
             if self._stop.is_set():
                 self._reset()
@@ -188,7 +188,7 @@ class Lexicon:
         """Read the postings of the nodes ``changed`` into the overlay."""
         store, ns = self._store, self._namespace
         self.caught_up += len(changed)
-        rows = store.postings_of(conn, ns, changed)
+        rows = store.terms.postings_of(conn, ns, changed)
         ids, ix, over, held = self._ids, self._ix, self._over, self._held
         for i in changed:
             k = ix.get(i)
@@ -249,7 +249,7 @@ class Lexicon:
         return nodes, tfs
 
     def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]:
-        """As :meth:`SqlStore.term_df`."""
+        """As :meth:`~hybrid_memory.store.terms.TermRepository.term_df`."""
         with self._lock:
             return self._term_df(conn, namespace, query_terms)
 
@@ -257,14 +257,14 @@ class Lexicon:
         if not query_terms:
             return {}
         out: dict[str, int] = {}
-        for stored, t in self._store._stored_terms(query_terms).items():
+        for stored, t in self._store.terms.stored_terms(query_terms).items():
             n = len(self._live(stored)[0]) + len(self._over.get(stored, ()))
             if n:
                 out[t] = out.get(t, 0) + n
         return out
 
     def term_masks(self, conn: Connection, namespace: str, groups: Sequence[Sequence[str]]) -> dict[str, int]:
-        """As :meth:`SqlStore.term_masks`."""
+        """As :meth:`~hybrid_memory.store.terms.TermRepository.term_masks`."""
         with self._lock:
             return self._term_masks(conn, namespace, groups)
 
@@ -290,7 +290,7 @@ class Lexicon:
     def _bits(self, groups: Sequence[Sequence[str]]) -> dict[str, int]:
         bit_of: dict[str, int] = {}
         for j, group in enumerate(groups):
-            for stored in self._store._stored_terms(group):
+            for stored in self._store.terms.stored_terms(group):
                 bit_of[stored] = bit_of.get(stored, 0) | 1 << j
         return bit_of
 
@@ -329,7 +329,8 @@ class Lexicon:
 
     def postings(self, conn: Connection, namespace: str, query_terms: Sequence[str],
                  node_ids: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
-        """As :meth:`SqlStore.postings`, for the nodes ``node_ids`` (in any order)."""
+        """As :meth:`~hybrid_memory.store.terms.TermRepository.postings`, for the nodes
+        ``node_ids`` (in any order)."""
         with self._lock:
             return self._postings(conn, namespace, query_terms, node_ids)
 
@@ -343,7 +344,7 @@ class Lexicon:
             return []
         ks = np.asarray(wanted, dtype=np.int32)
         out: list[tuple[str, str, int]] = []
-        for stored, t in self._store._stored_terms(query_terms).items():
+        for stored, t in self._store.terms.stored_terms(query_terms).items():
             nodes, tfs = self._base.get(stored, (_EMPTY, _EMPTY))
             if len(nodes):
                 at = np.searchsorted(nodes, ks)
@@ -358,7 +359,7 @@ class Lexicon:
         return out
 
     def tie_keys(self, conn: Connection, ids: Iterable[str]) -> dict[str, tuple[float, str]]:
-        """As :meth:`SqlStore.tie_keys`."""
+        """As :meth:`~hybrid_memory.store.terms.TermRepository.tie_keys`."""
         with self._lock:
             return self._tie_keys(conn, ids)
 
@@ -366,7 +367,7 @@ class Lexicon:
         ties, wanted = self._ties, list(dict.fromkeys(ids))
         missing = [i for i in wanted if i not in ties]
         if missing:
-            read = self._store.tie_keys(conn, missing)
+            read = self._store.terms.tie_keys(conn, missing)
             # Kept for the nodes whose changes the copy follows (those with postings).
             kept = {i: key for i, key in read.items() if i in self._ix}
             ties.update(kept)

@@ -34,7 +34,8 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..model import Node, Status
-from ..store.sql import SqlStore, node_from_row
+from ..store.schema import node_from_row
+from ..store.sql import SqlStore
 
 #: Changes dropped one by one before the whole cache is dropped instead.
 _DROP_MAX = 4096
@@ -70,7 +71,7 @@ class RowCache:
 
     def view(self, conn: Connection) -> RowView:
         """The rows as ``conn``'s read transaction sees them (call inside it)."""
-        pos, shape = self._store.rows_position(conn, self._namespace)
+        pos, shape = self._store.changes.rows_position(conn, self._namespace)
         with self._lock:
             if shape != self.shape:
                 if self.shape >= 0 and shape < self.shape:  # (an older transaction: as below)
@@ -83,7 +84,7 @@ class RowCache:
             if self.position < 0:  # nothing read yet: start here
                 self._rows.clear()
             elif pos > self.position:
-                changed = self._store.rows_changed_since(conn, self._namespace, self.position, _DROP_MAX)
+                changed = self._store.changes.rows_changed_since(conn, self._namespace, self.position, _DROP_MAX)
                 if changed is None:
                     self._rows.clear()
                     self.resets += 1
@@ -115,8 +116,9 @@ class RowView:
         return self._shared and cache.position == self._position and cache.shape == self._shape
 
     def rows(self, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Any]:
-        """As :meth:`SqlStore.node_rows` with the embeddings: the rows of ``ids`` that
-        exist (live ones only, if asked), by id, in the order of ``ids``."""
+        """As :meth:`~hybrid_memory.store.nodes.NodeRepository.node_rows` with the
+        embeddings: the rows of ``ids`` that exist (live ones only, if asked), by id,
+        in the order of ``ids``."""
         ids = list(dict.fromkeys(ids))
         cache = self._cache
         found: dict[str, Any] = {}
@@ -134,7 +136,7 @@ class RowView:
             cache.hits += len(found)
             cache.misses += len(missing)
         if missing:
-            read = cache._store.node_rows(self._conn, missing, embedding=True)
+            read = cache._store.nodes.node_rows(self._conn, missing, embedding=True)
             with cache._lock:
                 if self._current():
                     held = cache._rows
@@ -149,8 +151,9 @@ class RowView:
         return out
 
     def branch_rows(self, branch_ids: Sequence[str]) -> list[Any]:
-        """As :meth:`SqlStore.branch_rows`: every live node of the branches, in the
-        order the store lists them (by branch id, then as stored)."""
+        """As :meth:`~hybrid_memory.store.tree.TreeRepository.branch_rows`: every live
+        node of the branches, in the order the store lists them (by branch id, then as
+        stored)."""
         cache, wanted = self._cache, sorted(set(branch_ids))
         with cache._lock:
             shared = self._current()
@@ -158,7 +161,7 @@ class RowView:
         missing = [b for b in wanted if b not in members]
         if missing:
             read: dict[str, list[str]] = {b: [] for b in missing}
-            for node_id, branch in cache._store.branch_members(self._conn, cache._namespace, missing):
+            for node_id, branch in cache._store.tree.branch_members(self._conn, cache._namespace, missing):
                 read[branch].append(node_id)
             with cache._lock:
                 if shared and self._current():
@@ -169,13 +172,14 @@ class RowView:
         return [rows[i] for i in ids if i in rows]
 
     def branches_under(self, root_id: str) -> list[str]:
-        """As :meth:`SqlStore.branches_under`: the branches of the family under ``root_id``."""
+        """As :meth:`~hybrid_memory.store.tree.TreeRepository.branches_under`: the
+        branches of the family under ``root_id``."""
         cache = self._cache
         with cache._lock:
             shared = self._current()
             if shared and root_id in cache._families:
                 return list(cache._families[root_id])
-        found = cache._store.branches_under(self._conn, cache._namespace, root_id)
+        found = cache._store.tree.branches_under(self._conn, cache._namespace, root_id)
         with cache._lock:
             if shared and self._current():
                 cache._families[root_id] = list(found)
@@ -202,13 +206,13 @@ class StoreView:
         self._store, self._conn, self._namespace = store, conn, namespace
 
     def rows(self, ids: Iterable[str], *, live_only: bool = False) -> dict[str, Any]:
-        return self._store.node_rows(self._conn, ids, live_only=live_only, embedding=True)
+        return self._store.nodes.node_rows(self._conn, ids, live_only=live_only, embedding=True)
 
     def branch_rows(self, branch_ids: Sequence[str]) -> list[Any]:
-        return self._store.branch_rows(self._conn, self._namespace, branch_ids)
+        return self._store.tree.branch_rows(self._conn, self._namespace, branch_ids)
 
     def branches_under(self, root_id: str) -> list[str]:
-        return self._store.branches_under(self._conn, self._namespace, root_id)
+        return self._store.tree.branches_under(self._conn, self._namespace, root_id)
 
     def node(self, row: Any) -> Node:
         return node_from_row(row)

@@ -13,7 +13,8 @@ from sqlalchemy.engine import Connection
 
 from .. import _validate as check
 from ..ids import short_id
-from ..store.sql import SqlStore, oplog
+from ..store.schema import oplog
+from ..store.sql import SqlStore
 from .format import CHUNK, WORDS
 from .host import HasLog
 

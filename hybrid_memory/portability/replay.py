@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from .. import text
 from ..model import NodeType, Status, path_ids
-from ..store.sql import cursors, nodes, oplog
+from ..store.schema import cursors, nodes, oplog
 from ..writing import branch_info_for, content_hash
 from .format import STATE_FIELDS
 from .host import HasLog

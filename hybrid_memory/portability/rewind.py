@@ -19,7 +19,7 @@ from ..errors import (
     StorageError,
 )
 from ..model import Status, path_ids
-from ..store.sql import cursors, nodes, to_blob
+from ..store.schema import cursors, nodes, to_blob
 from .format import CHUNK, STATE_FIELDS
 from .host import Host
 from .oplog import lock_log, read_ops
@@ -102,9 +102,9 @@ def time_travel(mem: Host, *, seq: int | None = None, as_of: float | None = None
                 blobs: dict[str, bytes] = blobs, payload: dict[str, Any] = payload, last: int = last,
                 now: float = now, target: int = target, erased: list[str] = erased) -> TimeTravel:
             lock_log(mem.store, conn)
-            if store.last_seq(conn, ns) != last:
+            if store.log.last_seq(conn, ns) != last:
                 raise _Moved
-            op_seq = store.log(conn, ns, mem.session, now, "time_travel", None, payload)
+            op_seq = store.log.append(conn, ns, mem.session, now, "time_travel", None, payload)
             return _write_state(mem, conn, state, rows, blobs, target, last, op_seq, erased)
 
         try:
@@ -131,8 +131,8 @@ def _write_state(
             raise ConflictError("the state at that position holds a node whose id another namespace of this "
                                 "store now uses; it cannot come back here")
     removed = [i for i in rows if i not in state.nodes]
-    store.delete_nodes(conn, removed)
-    store.enqueue(conn, ns, removed, "delete")
+    store.nodes.delete(conn, removed)
+    store.outbox.enqueue(conn, ns, removed, "delete")
     added: list[str] = []
     changed: list[str] = []
     upserts: list[str] = []
@@ -141,9 +141,9 @@ def _write_state(
     for i, n in state.nodes.items():
         cur = rows.get(i)
         if cur is None:
-            store.insert_node(conn, dict(n, namespace=ns, embedding=blobs[i], embed_model=model))
+            store.nodes.insert(conn, dict(n, namespace=ns, embedding=blobs[i], embed_model=model))
             if n["status"] == live:
-                store.index_terms(conn, ns, i, text.term_counts(n["content"]))
+                store.terms.index(conn, ns, i, text.term_counts(n["content"]))
                 upserts.append(i)
             added.append(i)
             moved.add(i)
@@ -156,19 +156,19 @@ def _write_state(
             changes.update(embedding=blobs[i], embed_model=model)
         if "content" in changes or "path" in changes:
             moved.add(i)
-        store.update_node(conn, i, **changes)
+        store.nodes.update(conn, i, **changes)
         was_live, is_live = m["status"] == live, n["status"] == live
         if "content" in changes or was_live != is_live:
-            store.unindex_terms(conn, [i])
+            store.terms.unindex(conn, [i])
             if is_live:
-                store.index_terms(conn, ns, i, text.term_counts(n["content"]))
+                store.terms.index(conn, ns, i, text.term_counts(n["content"]))
         if is_live and ("content" in changes or not was_live):
             upserts.append(i)
         elif was_live and not is_live:
             deletes.append(i)
         changed.append(i)
-    store.enqueue(conn, ns, upserts, "upsert")
-    store.enqueue(conn, ns, deletes, "delete")
+    store.outbox.enqueue(conn, ns, upserts, "upsert")
+    store.outbox.enqueue(conn, ns, deletes, "delete")
     # The vectors embedded here, and those below a node whose content or place changed,
     # are read again with their path (hybrid_memory.context) once this commits.
     context.mark(store, conn, ns, [i for i, n in state.nodes.items()

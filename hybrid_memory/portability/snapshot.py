@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..model import Status
 from ..progress import progress_bar
-from ..store.sql import checkpoints, cursors, nodes, oplog, to_blob
+from ..store.schema import checkpoints, cursors, nodes, oplog, to_blob
 from .checks import Snapshot, read_snapshot
 from .format import CHUNK, FORMAT, VERSION
 from .host import Host
@@ -266,8 +266,8 @@ def _write_snapshot(
             bar.update(len(rows[i : i + CHUNK]))
         live = [r for r in rows if r["status"] == Status.LIVE.value]
         for r in live:
-            store.index_terms(conn, ns, r["id"], text.term_counts(r["content"]))
-        store.enqueue(conn, ns, [r["id"] for r in live], "upsert")
+            store.terms.index(conn, ns, r["id"], text.term_counts(r["content"]))
+        store.outbox.enqueue(conn, ns, [r["id"] for r in live], "upsert")
         # Vectors embedded here, or made by a version that read no path, are read again
         # with their path (hybrid_memory.context) once this transaction commits.
         made_here = snap.header.get("vectors") == context.VECTORS_VERSION
@@ -305,7 +305,7 @@ def _write_snapshot(
                 f"(SELECT COALESCE(MAX({col}), 0) + 1 FROM {table.name}), false)"
             ))
     if regrouped:  # so that replaying the imported log regroups the same way
-        store.log(conn, ns, mem.session, now, "branch_mode", None, {"mode": mode})
+        store.log.append(conn, ns, mem.session, now, "branch_mode", None, {"mode": mode})
         n_ops += 1
     return Transfer(source, len(rows), len(snap.cursors), len(snap.checkpoints), n_ops, len(redo))
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..accel.rowcache import RowView, StoreView
-from ..store.sql import from_blob
+from ..store.schema import from_blob
 from .query import QueryWords
 
 #: The vector index is asked for this many times ``retrieval.candidates`` (see dense_cut).

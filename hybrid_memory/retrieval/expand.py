@@ -19,7 +19,7 @@ import numpy as np
 from ..accel.rowcache import RowView, StoreView
 from ..config import RetrievalConfig
 from ..model import Node, root_of
-from ..store.sql import from_blob
+from ..store.schema import from_blob
 from .candidates import Candidates
 from .query import Posting, QueryWords, term_idf
 

@@ -25,7 +25,7 @@ Posting = tuple[str, str, int]  # (term, node id, term frequency)
 
 
 class LexicalIndex(Protocol):
-    """What stage 1 reads of the lexical index: the store's methods, or a
+    """What stage 1 reads of the lexical index: the store's (``store.terms``), or a
     :class:`~hybrid_memory.accel.lexicon.Lexicon`'s (the same answers, from memory)."""
 
     def term_df(self, conn: Connection, namespace: str, query_terms: Sequence[str]) -> dict[str, int]: ...
@@ -56,7 +56,7 @@ class QueryWords:
                  live_count: Callable[[Connection], int] | None = None, index: LexicalIndex | None = None) -> None:
         self._conn, self._namespace = conn, namespace
         #: Where the postings are read: the store, or a copy of them kept in memory.
-        self._index: LexicalIndex = index or store
+        self._index: LexicalIndex = index or store.terms
         # Each query word is looked up as itself: text.terms already made one term of
         # a word's inflections (its stem).
         df = self._index.term_df(conn, namespace, list(qterms))
@@ -66,7 +66,7 @@ class QueryWords:
         self._blinded = store.keyring is not None
         #: The query's words the namespace knows.
         self.known = [t for t in qterms if t in df]
-        count = live_count or (lambda c: store.live_count(c, namespace))
+        count = live_count or (lambda c: store.tree.live_count(c, namespace))
         n_docs = count(conn) if self.known else 0
         # A memory holding a word under two keys is counted by each: a listed word is
         # counted again off the nodes holding it, a common one is capped.

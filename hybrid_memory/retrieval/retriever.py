@@ -29,7 +29,8 @@ from ..embed import Embedder
 from ..errors import ClosedError
 from ..model import BranchScore, Node, Recall, path_ids, root_of
 from ..recovery import merge_waiting, outbox_vectors
-from ..store.sql import SqlStore, node_from_row
+from ..store.schema import node_from_row
+from ..store.sql import SqlStore
 from ..store.vectors import VectorIndex
 from ..weights import weight
 from .candidates import DENSE_FETCH, gather, ready
@@ -104,7 +105,7 @@ class Retriever:
         vector = self.embed_later([query])
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
-            seq = functools.cache(lambda: self.store.last_seq(conn, self.namespace))
+            seq = functools.cache(lambda: self.store.log.last_seq(conn, self.namespace))
             # The outbox is read first, as recovery.nearest reads it: the index is asked after.
             waiting = outbox_vectors(self.store, self.namespace, conn)
             view = self._view(conn)
@@ -188,7 +189,7 @@ class Retriever:
     def _active_root(self, conn: Connection, view: RowView | StoreView) -> str | None:
         """The top-level task of this session's active node (None: no live active node)."""
         assert self.session is not None
-        active = self.store.get_cursor(conn, self.namespace, self.session)
+        active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
         row = view.rows([active], live_only=True).get(active) if active is not None else None
         return None if row is None else root_of(row.path)
 
@@ -243,7 +244,7 @@ class Retriever:
                 and self.store.is_sqlite):
             self._building = threading.Thread(target=self._build_lexicon, name="hybrid_memory-lexicon", daemon=True)
             self._building.start()
-        return self.store
+        return self.store.terms
 
     def _build_lexicon(self) -> None:
         lexicon = Lexicon(self.store, self.namespace, stop=self._stop)
@@ -279,24 +280,24 @@ class Retriever:
         count is kept until the log moves on (a seek to its last position: ``seq``,
         when the query read it already)."""
         if seq is None:
-            seq = self.store.last_seq(conn, self.namespace)
+            seq = self.store.log.last_seq(conn, self.namespace)
         if self._counted is None or self._counted[0] != seq:
             # After adds alone (an agent's loop: write, ask), the count moves by the
             # nodes added, read off the log (SQLite: positions are commits in order).
             count = None
             if self._counted is not None and self.store.is_sqlite and seq > self._counted[0]:
-                added = self.store.live_added(conn, self.namespace, self._counted[0], seq)
+                added = self.store.log.live_added(conn, self.namespace, self._counted[0], seq)
                 count = None if added is None else self._counted[1] + added
-            self._counted = (seq, self.store.live_count(conn, self.namespace) if count is None else count)
+            self._counted = (seq, self.store.tree.live_count(conn, self.namespace) if count is None else count)
         return self._counted[1]
 
     def _has_more_branches(self, conn: Connection, than: int, seq: int | None = None) -> bool:
         """Whether the live nodes fall into more than ``than`` branches, kept, as the
         live count is, until the log moves on."""
         if seq is None:
-            seq = self.store.last_seq(conn, self.namespace)
+            seq = self.store.log.last_seq(conn, self.namespace)
         if self._branchy is None or self._branchy[:2] != (seq, than):
-            self._branchy = (seq, than, self.store.has_more_branches(conn, self.namespace, than))
+            self._branchy = (seq, than, self.store.tree.has_more_branches(conn, self.namespace, than))
         return self._branchy[2]
 
     def _weigher(self, now: float, cfg: WeightConfig | None = None, *,
@@ -332,14 +333,14 @@ class Retriever:
     def active_context(self, active_id: str | None, *, k: int, budget: int, now: float) -> Recall:
         """The active task's ancestors and its top-k memories by weight."""
         with self.store.reading() as conn:
-            row = self.store.get(conn, active_id) if active_id else None
+            row = self.store.nodes.get(conn, active_id) if active_id else None
             if row is None or row.status != "live":
                 return Recall(None, (), "", 0, (), budget)
-            anchor = self.store.get(conn, row.branch_id) or row
+            anchor = self.store.nodes.get(conn, row.branch_id) or row
             on_path = set(path_ids(row.path))
             scored: dict[str, Scored] = {}
             weigh = self._weigher(now)
-            for r in self.store.subtree(conn, self.namespace, anchor.path, status=None):
+            for r in self.store.tree.subtree(conn, self.namespace, anchor.path, status=None):
                 if r.status != "live":
                     continue
                 node = node_from_row(r)

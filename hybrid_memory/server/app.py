@@ -416,7 +416,7 @@ def create_app(
         with memory(who, session) as mem:
             s = mem.stats()
             with mem.store.reading() as conn:
-                pending = mem.store.pending_count(conn, mem.namespace)
+                pending = mem.store.outbox.pending_count(conn, mem.namespace)
         ns = _label(namespace)
         lines = [
             "# HELP hm_nodes Nodes of the namespace by status.", "# TYPE hm_nodes gauge",
