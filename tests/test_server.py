@@ -97,7 +97,7 @@ def test_keys_are_required_bound_to_a_namespace_and_stored_hashed(service: Servi
 def test_a_whole_agent_flow_over_http(service: Service) -> None:
     """Write a task and its memories (English and Chinese), read them back, update with
     a version check, feed back, move, focus, retrieve with scores, checkpoint, recover,
-    stats, tree, export, forget (dry run), archive and restore, delete."""
+    stats, tree, export, forget (dry run), archive and unarchive, delete."""
     with service.client("alice") as c:
         task = c.post("/v1/alice/nodes", json={"content": "Expense claim for Zhang San's Shanghai trip",
                                                "type": "task", "root": True}).json()
@@ -143,9 +143,31 @@ def test_a_whole_agent_flow_over_http(service: Service) -> None:
         moved = c.post(f"/v1/alice/nodes/{sub['id']}/move", json={"parent": facts[0]["id"]}).json()
         assert moved["parent_id"] == facts[0]["id"]
         assert c.post(f"/v1/alice/nodes/{sub['id']}/archive").json()["ids"] == [sub["id"]]
-        assert c.post(f"/v1/alice/nodes/{sub['id']}/restore").json()["status"] == "live"
+        assert c.post(f"/v1/alice/nodes/{sub['id']}/unarchive").json()["status"] == "live"
         assert c.delete(f"/v1/alice/nodes/{sub['id']}").json()["ids"] == [sub["id"]]
         assert _error(c.get(f"/v1/alice/nodes/{sub['id']}")) == (404, "not_found")
+
+
+def test_unarchive_brings_a_subtree_back_and_restore_is_its_deprecated_alias(service: Service) -> None:
+    with service.client("alice") as c:
+        task = c.post("/v1/alice/nodes", json={"content": "Book the team offsite venue", "type": "task",
+                                               "root": True}).json()
+        note = c.post("/v1/alice/nodes", json={"content": "The venue must seat forty people", "type": "fact",
+                                               "parent": task["id"]}).json()
+        assert c.post(f"/v1/alice/nodes/{task['id']}/archive").json()["ids"] == [task["id"], note["id"]]
+        assert c.get(f"/v1/alice/nodes/{note['id']}").json()["status"] == "archived"
+        back = c.post(f"/v1/alice/nodes/{task['id']}/unarchive")
+        assert back.status_code == 200 and back.json()["id"] == task["id"] and back.json()["status"] == "live"
+        assert c.get(f"/v1/alice/nodes/{note['id']}").json()["status"] == "live"
+        assert _error(c.post("/v1/alice/nodes/0123456789abcdef/unarchive")) == (404, "not_found")
+        c.post(f"/v1/alice/nodes/{note['id']}/archive")
+        assert c.post(f"/v1/alice/nodes/{note['id']}/restore").json()["status"] == "live"
+        spec = c.get("/openapi.json").json()["paths"]
+        c.delete(f"/v1/alice/nodes/{task['id']}")
+    with service.client("alice-read") as c:
+        assert _error(c.post(f"/v1/alice/nodes/{task['id']}/unarchive")) == (403, "access_denied")
+    assert spec["/v1/{namespace}/nodes/{node_id}/restore"]["post"]["deprecated"] is True
+    assert "deprecated" not in spec["/v1/{namespace}/nodes/{node_id}/unarchive"]["post"]
 
 
 def test_library_errors_map_to_stable_statuses_and_change_nothing(service: Service) -> None:

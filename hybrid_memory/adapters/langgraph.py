@@ -65,6 +65,10 @@ Two processes that make the same namespace at the same moment can each make its 
 node; reads follow both. A process caches where each tenant's root task is, so it
 finds a root made by another process only after the cached one is gone or it reopens.
 
+How an op, an item or a filter maps onto nodes (functions, no state) is in
+:mod:`.langgraph_items`; this module holds the store: its tenants, their cached
+roots, and the order in which a batch's ops run.
+
 This module needs the ``langgraph`` extra (``pip install 'hybrid-memory[langgraph]'``).
 """
 
@@ -72,12 +76,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -85,10 +87,8 @@ from typing import Any
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -111,6 +111,21 @@ from ..errors import (
 from ..model import Node, NodeType
 from ..tree import MemoryTree
 from ..writing import ROOT
+from .langgraph_items import (
+    Children,
+    Namespace,
+    check_op,
+    key_of,
+    label_content,
+    label_of,
+    namespace_matches,
+    newest,
+    task_ref,
+    to_item,
+    to_json,
+    to_search_item,
+    value_matches,
+)
 
 __all__ = ["REGISTRY_NAMESPACE", "HybridMemoryStore"]
 
@@ -120,7 +135,6 @@ REGISTRY_NAMESPACE = "langgraph.tenants"
 #: A token budget no recall reaches: a search's page size is its limit, not tokens.
 _NO_BUDGET = 10**9
 
-Namespace = tuple[str, ...]
 
 
 class HybridMemoryStore(BaseStore):
@@ -216,7 +230,7 @@ class HybridMemoryStore(BaseStore):
         checked before any runs: a bad one raises and nothing is done."""
         ops = list(ops)
         for op in ops:
-            _check_op(op)
+            check_op(op)
         results: list[Result] = [None] * len(ops)
         with self._lock:
             if self._closed:
@@ -293,21 +307,21 @@ class HybridMemoryStore(BaseStore):
         if cached:
             try:
                 nodes = [mem.get(i) for i in cached]
-                if all(n.live and _label(n) == mem.namespace for n in nodes):
+                if all(n.live and label_of(n) == mem.namespace for n in nodes):
                     return nodes
             except HybridMemoryError:
                 pass  # deleted (or the tenant erased) since: look again
-        nodes = [n for n in mem.nodes() if n.parent_id is None and _label(n) == mem.namespace]
+        nodes = [n for n in mem.nodes() if n.parent_id is None and label_of(n) == mem.namespace]
         self._roots[mem.namespace] = [n.id for n in nodes]
         return nodes
 
-    def _resolve(self, mem: MemoryTree, namespace: Namespace, kids: _Children) -> tuple[list[Node], int]:
+    def _resolve(self, mem: MemoryTree, namespace: Namespace, kids: Children) -> tuple[list[Node], int]:
         """The task nodes of the longest prefix of ``namespace`` that exists, and its length."""
         level = self._root_nodes(mem)
         if not level:
             return [], 0
         for depth, label in enumerate(namespace[1:], start=1):
-            below = [c for n in level for c in kids(mem, n.id) if _label(c) == label]
+            below = [c for n in level for c in kids(mem, n.id) if label_of(c) == label]
             if not below:
                 return level, depth
             level = below
@@ -318,14 +332,14 @@ class HybridMemoryStore(BaseStore):
         where: dict[str, Namespace] = {}
         items: list[tuple[Namespace, Node]] = []
         for n in mem.nodes() if nodes is None else nodes:  # parents come before their children
-            label = _label(n)
+            label = label_of(n)
             if label is not None:
                 if n.parent_id is None:
                     if label == mem.namespace:
                         where[n.id] = (label,)
                 elif n.parent_id in where:
                     where[n.id] = (*where[n.parent_id], label)
-            elif n.parent_id in where and _key(n) is not None:
+            elif n.parent_id in where and key_of(n) is not None:
                 items.append((where[n.parent_id], n))
         return items
 
@@ -335,14 +349,14 @@ class HybridMemoryStore(BaseStore):
         if not op.namespace:
             return None
         mem = self._tree(op.namespace[0])
-        kids = _Children()
+        kids = Children()
         level, depth = self._resolve(mem, op.namespace, kids)
         if depth < len(op.namespace):
             return None
-        found = [c for n in level for c in kids(mem, n.id) if _key(c) == op.key]
+        found = [c for n in level for c in kids(mem, n.id) if key_of(c) == op.key]
         if not found:
             return None
-        return _item(op.namespace, max(found, key=_newest))
+        return to_item(op.namespace, max(found, key=newest))
 
     def _put_all(self, ops: Sequence[PutOp]) -> None:
         last: dict[tuple[Namespace, str], PutOp] = {}
@@ -369,12 +383,12 @@ class HybridMemoryStore(BaseStore):
         value = check.meta({"value": dict(op.value)}, limit)["value"]
         paths = [] if op.index is False else self._fields if op.index is None else list(op.index)
         texts = [t for p in paths for t in get_text_at_path(value, p) if t.strip()]
-        content = "\n".join(texts) if texts else _json(value)
+        content = "\n".join(texts) if texts else to_json(value)
         meta = check.meta({"langgraph": "item", "key": op.key, "value": value, "indexed": bool(texts)}, limit)
         return content[:limit], meta
 
     def _put_tenant(self, mem: MemoryTree, ops: Sequence[tuple[PutOp, tuple[str, dict[str, Any]] | None]]) -> None:
-        kids = _Children()
+        kids = Children()
         resolved: dict[Namespace, tuple[list[Node], int]] = {}
         batch: list[dict[str, Any]] = []
         made: set[Namespace] = set()  # namespaces whose task this batch makes
@@ -383,8 +397,8 @@ class HybridMemoryStore(BaseStore):
             if ns not in resolved:
                 resolved[ns] = self._resolve(mem, ns, kids)
             level, depth = resolved[ns]
-            existing = [c for n in level for c in kids(mem, n.id) if _key(c) == op.key] if depth == len(ns) else []
-            existing.sort(key=_newest, reverse=True)
+            existing = [c for n in level for c in kids(mem, n.id) if key_of(c) == op.key] if depth == len(ns) else []
+            existing.sort(key=newest, reverse=True)
             for twin in existing[1:] if encoded is not None else existing:
                 mem.delete(twin)  # a duplicate (two writers at once), or the delete itself
             if encoded is None:
@@ -401,16 +415,16 @@ class HybridMemoryStore(BaseStore):
             if depth == 0:
                 self._register(ns[0])
             for d in range(depth, len(ns)):
-                ref = _ref(ns[: d + 1])
+                ref = task_ref(ns[: d + 1])
                 if ns[: d + 1] not in made:
                     made.add(ns[: d + 1])
-                    batch.append({"key": ref, "content": _label_content(ns[d]), "type": NodeType.TASK,
+                    batch.append({"key": ref, "content": label_content(ns[d]), "type": NodeType.TASK,
                                   "parent": parent, "meta": {"langgraph": "namespace", "label": ns[d]}})
                 parent = ref
             batch.append({"content": content, "type": self._item_type, "parent": parent, "meta": meta})
         if batch:
             written = mem.add_many(batch)
-            root = _ref((mem.namespace,))
+            root = task_ref((mem.namespace,))
             for item, node in zip(batch, written, strict=True):
                 if item.get("key") == root:  # the tenant's root task, just made
                     self._roots[mem.namespace] = [node.id]
@@ -426,7 +440,7 @@ class HybridMemoryStore(BaseStore):
             mem = self._tree(label)
             nodes = mem.nodes()
             mine = [(ns, n) for ns, n in self._items(mem, nodes)
-                    if ns[: len(prefix)] == prefix and _matches(n.meta["value"], op.filter)]
+                    if ns[: len(prefix)] == prefix and value_matches(n.meta["value"], op.filter)]
             found.extend(mine)
             indexed = {n.id for _, n in mine if n.meta.get("indexed") is True}
             if query is not None and indexed:
@@ -438,7 +452,7 @@ class HybridMemoryStore(BaseStore):
             found = (sorted((x for x in found if x[1].id in scores), key=lambda x: -scores[x[1].id])
                      + [x for x in found if x[1].id not in scores])
         page = found[op.offset: op.offset + op.limit]
-        return [_search_item(ns, n, scores.get(n.id)) for ns, n in page]
+        return [to_search_item(ns, n, scores.get(n.id)) for ns, n in page]
 
     def _rank(self, mem: MemoryTree, query: str, ids: set[str], wanted: int | None, total: int) -> dict[str, float]:
         """The recall's scores of the items ``ids`` for ``query``. Memories outside
@@ -464,148 +478,7 @@ class HybridMemoryStore(BaseStore):
             return []
         tenants = sorted(firsts) if firsts else self._tenants()
         spaces = {ns for label in tenants for ns, _ in self._items(self._tree(label))}
-        spaces = {ns for ns in spaces if all(_does_match(c, ns) for c in conditions)}
+        spaces = {ns for ns in spaces if all(namespace_matches(c, ns) for c in conditions)}
         if op.max_depth is not None:
             spaces = {ns[: op.max_depth] for ns in spaces}
         return sorted(spaces)[op.offset: op.offset + op.limit]
-
-
-class _Children:
-    """``mem.children(node)``, read once per op (a tree read is a query)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, list[Node]] = {}
-
-    def __call__(self, mem: MemoryTree, node_id: str) -> list[Node]:
-        if node_id not in self._seen:
-            self._seen[node_id] = mem.children(node_id)
-        return self._seen[node_id]
-
-
-def _check_op(op: Op) -> None:
-    if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
-        raise InvalidTypeError(f"unknown store operation {type(op).__name__}")
-    # BaseStore's methods check labels; ops given to batch() directly are checked here.
-    paths = ([op.namespace] if isinstance(op, (GetOp, PutOp)) else [op.namespace_prefix]
-             if isinstance(op, SearchOp) else [c.path for c in op.match_conditions or ()])
-    for path in paths:
-        for label in path:
-            if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-                raise InvalidNamespaceError(
-                    f"invalid namespace label {label!r} in {path!r}: labels are non-empty strings "
-                    "without '.' or NUL")
-    tenant: Namespace = ()
-    if isinstance(op, (GetOp, PutOp)):
-        tenant = op.namespace[:1]
-        if not isinstance(op.key, str):
-            raise InvalidTypeError(f"a key must be a string, got {type(op.key).__name__}")
-    if isinstance(op, PutOp):
-        if not op.namespace:
-            raise InvalidNamespaceError("Namespace cannot be empty.")
-        if getattr(op, "ttl", None) is not None:
-            raise NotImplementedError("TTL is not supported by HybridMemoryStore; put with ttl=None")
-        if op.index not in (None, False) and (
-                not isinstance(op.index, list) or not all(isinstance(p, str) for p in op.index)):
-            raise InvalidTypeError("index must be None, False or a list of value paths")
-    if isinstance(op, SearchOp):
-        tenant = op.namespace_prefix[:1]
-        if op.query is not None and not isinstance(op.query, str):
-            raise InvalidTypeError(f"a query must be a string, got {type(op.query).__name__}")
-        if op.filter is not None and not isinstance(op.filter, Mapping):
-            raise InvalidTypeError("a filter must be a mapping of value fields to values or {'$op': value}")
-    for label in tenant:
-        try:
-            check.namespace(label)
-        except InvalidInputError as exc:
-            raise InvalidNamespaceError(f"namespace label {label!r} cannot name a hybrid_memory tenant: {exc}") from None
-
-
-def _label(node: Node) -> str | None:
-    """The namespace label of a namespace task node (None for any other node)."""
-    if node.type is NodeType.TASK and node.meta.get("langgraph") == "namespace":
-        label = node.meta.get("label")
-        return label if isinstance(label, str) else None
-    return None
-
-
-def _key(node: Node) -> str | None:
-    """The key of an item node (None for any other node)."""
-    if node.meta.get("langgraph") == "item" and isinstance(node.meta.get("value"), dict):
-        key = node.meta.get("key")
-        return key if isinstance(key, str) else None
-    return None
-
-
-def _newest(node: Node) -> tuple[float, float, str]:
-    return node.updated_at, node.created_at, node.id
-
-
-def _ref(namespace: Namespace) -> str:
-    """An ``add_many`` key for a namespace task made in the same call (never a node id)."""
-    return "namespace:" + _json(list(namespace))
-
-
-def _label_content(label: str) -> str:
-    return label if label.strip() else _json(label)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _when(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
-
-
-def _item(namespace: Namespace, node: Node) -> Item:
-    return Item(namespace=namespace, key=str(node.meta["key"]), value=dict(node.meta["value"]),
-                created_at=_when(node.created_at), updated_at=_when(node.updated_at))
-
-
-def _search_item(namespace: Namespace, node: Node, score: float | None) -> SearchItem:
-    return SearchItem(namespace=namespace, key=str(node.meta["key"]), value=dict(node.meta["value"]),
-                      created_at=_when(node.created_at), updated_at=_when(node.updated_at), score=score)
-
-
-def _does_match(condition: MatchCondition, namespace: Namespace) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "prefix":
-        pairs = zip(namespace, path, strict=False)
-    elif condition.match_type == "suffix":
-        pairs = zip(reversed(namespace), reversed(path), strict=False)
-    else:
-        raise InvalidInputError(f"unknown namespace match type {condition.match_type!r}")
-    return all(p == "*" or n == p for n, p in pairs)
-
-
-def _matches(value: Any, flt: Mapping[str, Any] | None) -> bool:
-    """Whether an item's value passes a search filter: fields equal (nested mappings
-    and lists compared as JSON), or compared by ``$eq $ne $gt $gte $lt $lte``."""
-    return not flt or all(_compare(value.get(k), v) for k, v in flt.items())
-
-
-def _compare(have: Any, want: Any) -> bool:
-    if isinstance(want, Mapping):
-        if any(str(k).startswith("$") for k in want):
-            return all(_operator(have, op, arg) for op, arg in want.items())
-        return isinstance(have, Mapping) and all(_compare(have.get(k), v) for k, v in want.items())
-    if isinstance(want, (list, tuple)):
-        return (isinstance(have, (list, tuple)) and len(have) == len(want)
-                and all(_compare(h, w) for h, w in zip(have, want, strict=True)))
-    return bool(have == want)
-
-
-def _operator(have: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return bool(have == arg)
-    if op == "$ne":
-        return bool(have != arg)
-    if op not in ("$gt", "$gte", "$lt", "$lte"):
-        raise InvalidInputError(f"unsupported filter operator {op!r}; use $eq $ne $gt $gte $lt $lte")
-    try:
-        a, b = float(have), float(arg)
-    except (TypeError, ValueError):
-        return False  # a missing or non-numeric field is not in any range
-    return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]

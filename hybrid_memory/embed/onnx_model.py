@@ -12,7 +12,9 @@ This module reproduces the model's sentence-transformers pipeline instead:
 
 A folder whose ``modules.json`` holds anything else (a Dense layer, a prompt, another
 pooling) is refused with :class:`~hybrid_memory.errors.ConfigError`, so ``"auto"``
-falls back to sentence-transformers rather than embed differently.
+falls back to sentence-transformers rather than embed differently. Reading the folder
+and the tokenizer is :mod:`.onnx_pipeline`'s part; this module exports, checks and runs
+the graph.
 
 The export is cached in ``$HYBRID_MEMORY_CACHE/onnx`` (default
 ``~/.cache/hybrid_memory/onnx``), under a name keyed by the model's config and the
@@ -35,7 +37,6 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from .base import BUNDLED, Embedder, Vectors, bundled_model_path
+from .onnx_pipeline import WEIGHTS, Pipeline, Tokenizer, read_pipeline
+
+__all__ = ["EXPORT_VERSION", "OPSET", "RETRY_AFTER_S", "OnnxEmbedder", "Pipeline", "cache_key",
+           "default_cache_dir", "export_onnx", "failed_marker", "read_pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +56,6 @@ log = logging.getLogger(__name__)
 EXPORT_VERSION = 1
 OPSET = 17
 
-_TRANSFORMER = {"sentence_transformers.models.Transformer", "sentence_transformers.base.modules.transformer.Transformer"}
-_POOLING = {"sentence_transformers.models.Pooling", "sentence_transformers.sentence_transformer.modules.pooling.Pooling"}
-_NORMALIZE = {"sentence_transformers.models.Normalize", "sentence_transformers.base.modules.normalize.Normalize"}
-_LEGACY_POOLING = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 # The exported graph is checked at every load: its mean-pooled output for these
@@ -74,72 +67,6 @@ _PROBE_KEY = "hybrid_memory.probe"
 _KEY_KEY = "hybrid_memory.key"
 
 IntArray = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """What a sentence-transformers folder declares, reduced to what this module runs."""
-
-    folder: Path  # the transformer's folder: config.json, tokenizer.json, the weights
-    max_seq_length: int
-    do_lower_case: bool
-    pooling: str  # "mean" or "cls"
-    dim: int
-
-
-def read_pipeline(folder: str | Path) -> Pipeline:
-    """The pipeline of a sentence-transformers model folder, or ConfigError when this
-    module cannot reproduce it exactly."""
-    root = Path(folder)
-    if not root.is_dir():
-        raise ConfigError(f"the ONNX backend needs a local model folder; {str(folder)!r} is not one")
-    modules = _json(root / "modules.json")
-    if not isinstance(modules, list) or not modules:
-        raise ConfigError(f"{root}: modules.json lists no modules")
-    kinds = [str(m.get("type", "")) for m in modules]
-    first, rest = modules[0], modules[1:]
-    if kinds[0] not in _TRANSFORMER or len(rest) < 1 or kinds[1] not in _POOLING:
-        raise ConfigError(f"{root}: the ONNX backend runs Transformer + Pooling (+ Normalize), not {kinds}")
-    if any(k not in _NORMALIZE for k in kinds[2:]):
-        raise ConfigError(f"{root}: the ONNX backend cannot run the modules {kinds[2:]} (only Normalize)")
-    folder_ = root / str(first.get("path", ""))
-    st_config = _json(folder_ / "sentence_bert_config.json", default={})
-    extra = {
-        k: v for k, v in st_config.items()
-        if k not in ("max_seq_length", "do_lower_case") and v not in (None, {}, [], "feature-extraction")
-    }
-    if extra:
-        raise ConfigError(f"{folder_}: sentence_bert_config.json sets {sorted(extra)}, which the ONNX backend does not reproduce")
-    model_config = _json(folder_ / "config.json")
-    max_len = st_config.get("max_seq_length")
-    if max_len is None:
-        tok_config = _json(folder_ / "tokenizer_config.json", default={})
-        limits = [v for v in (tok_config.get("model_max_length"), model_config.get("max_position_embeddings")) if isinstance(v, int) and v > 0]
-        if not limits:
-            raise ConfigError(f"{folder_}: no max_seq_length, model_max_length or max_position_embeddings")
-        max_len = min(limits)
-    st_root = _json(root / "config_sentence_transformers.json", default={})
-    if st_root.get("default_prompt_name"):
-        raise ConfigError(f"{root}: a default prompt is not reproduced by the ONNX backend")
-    pooling_config = _json(root / str(rest[0].get("path", "")) / "config.json")
-    mode = pooling_config.get("pooling_mode")
-    if mode is None:
-        modes = [m for k, m in _LEGACY_POOLING.items() if pooling_config.get(k)] or ["mean"]
-    else:
-        modes = [mode] if isinstance(mode, str) else list(mode)
-    if len(modes) != 1 or modes[0] not in ("mean", "cls"):
-        raise ConfigError(f"{root}: the ONNX backend pools by mean or CLS, not {modes}")
-    dim = pooling_config.get("embedding_dimension", pooling_config.get("word_embedding_dimension"))
-    if not isinstance(dim, int) or dim != model_config.get("hidden_size", dim):
-        raise ConfigError(f"{root}: cannot tell the embedding dimension from 1_Pooling/config.json")
-    if not (folder_ / "tokenizer.json").is_file():
-        raise ConfigError(f"{folder_}: the ONNX backend needs tokenizer.json (a fast tokenizer)")
-    if not any((folder_ / w).is_file() for w in _WEIGHTS):
-        raise ConfigError(f"{folder_}: no weights ({', '.join(_WEIGHTS)})")
-    return Pipeline(
-        folder=folder_, max_seq_length=int(max_len), do_lower_case=bool(st_config.get("do_lower_case", False)),
-        pooling=modes[0], dim=dim,
-    )
 
 
 def default_cache_dir() -> Path:
@@ -157,7 +84,7 @@ def cache_key(pipeline: Pipeline) -> str:
     resolved path, size and mtime of each weight file (cheap to take at every load)."""
     h = hashlib.sha256(f"hybrid_memory onnx export {EXPORT_VERSION} opset {OPSET}\n".encode())
     h.update((pipeline.folder / "config.json").read_bytes())
-    for name in _WEIGHTS:
+    for name in WEIGHTS:
         path = pipeline.folder / name
         if path.is_file():
             real = path.resolve()
@@ -166,75 +93,6 @@ def cache_key(pipeline: Pipeline) -> str:
     return h.hexdigest()[:20]
 
 
-# -- the tokenizer ---------------------------------------------------------------------
-
-
-class _Tokenizer:
-    """The model's fast tokenizer with sentence-transformers' settings: truncated to
-    max_seq_length (special tokens included), padded on the right per batch."""
-
-    def __init__(self, pipeline: Pipeline) -> None:
-        from tokenizers import Tokenizer, normalizers
-
-        folder = pipeline.folder
-        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        padding = tok.padding or {}
-        # tokenizer.json may carry its own truncation and padding (MiniLM's: fixed 128);
-        # sentence-transformers overrides both, and so do we (truncation by hand below,
-        # so that coverage() sees the whole text through the same object).
-        tok.no_truncation()
-        tok.no_padding()
-        normalizer = json.loads(tok.normalizer.__getstate__()) if tok.normalizer is not None else None
-        config = {**_json(folder / "special_tokens_map.json", default={}), **_json(folder / "tokenizer_config.json", default={})}
-        for side in ("truncation_side", "padding_side"):
-            if config.get(side, "right") != "right":
-                raise ConfigError(f"{folder}: {side} = {config[side]!r}; the ONNX backend pads and truncates on the right")
-        if pipeline.do_lower_case and not _lowercases(normalizer):
-            tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *([tok.normalizer] if tok.normalizer else [])])
-        self._tok = tok
-        self._content = pipeline.max_seq_length - tok.num_special_tokens_to_add(False)
-        if self._content < 1:
-            raise ConfigError(f"{folder}: max_seq_length {pipeline.max_seq_length} leaves no room for text")
-        self.unk_id = _token_id(tok, config.get("unk_token"))
-        pad_id = _token_id(tok, config.get("pad_token"))
-        if pad_id is None:
-            pad_id = padding.get("pad_id")
-        if pad_id is None:
-            raise ConfigError(f"{folder}: the tokenizer has no padding token")
-        self.pad_id = int(pad_id)
-
-    def pieces(self, text: str) -> list[int]:
-        """The ids of the text without special tokens and without truncation."""
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def encode(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
-        """(ids, type ids) of each text as the model sees it: truncated, with special tokens."""
-        out = []
-        for enc in self._tok.encode_batch(list(texts), add_special_tokens=False):
-            if len(enc.ids) > self._content:
-                enc.truncate(self._content)
-            full = self._tok.post_process(enc)
-            out.append((full.ids, full.type_ids))
-        return out
-
-
-def _lowercases(normalizer: Any) -> bool:
-    if not isinstance(normalizer, dict):
-        return False
-    kind = normalizer.get("type")
-    if kind == "Lowercase" or (kind == "BertNormalizer" and normalizer.get("lowercase")):
-        return True
-    return kind == "Sequence" and any(_lowercases(n) for n in normalizer.get("normalizers", []))
-
-
-def _token_id(tok: Any, token: Any) -> int | None:
-    if isinstance(token, dict):
-        token = token.get("content")
-    if not isinstance(token, str):
-        return None
-    found = tok.token_to_id(token)
-    return None if found is None else int(found)
-
 
 # -- the ONNX graph --------------------------------------------------------------------
 
@@ -242,7 +100,7 @@ def _token_id(tok: Any, token: Any) -> int | None:
 class _Runtime:
     """A loaded tokenizer and onnxruntime session; shared by every embedder of the model."""
 
-    def __init__(self, pipeline: Pipeline, tokenizer: _Tokenizer, session: Any) -> None:
+    def __init__(self, pipeline: Pipeline, tokenizer: Tokenizer, session: Any) -> None:
         self.pipeline = pipeline
         self.tokenizer = tokenizer
         self.session = session
@@ -326,7 +184,7 @@ def _ort_errors() -> tuple[type[Exception], ...]:
     return (s.Fail, s.InvalidProtobuf, s.InvalidGraph, s.NoSuchFile, s.InvalidArgument, s.RuntimeException, s.NotImplemented)
 
 
-def _load_checked(path: Path, pipeline: Pipeline, tokenizer: _Tokenizer, key: str, threads: int) -> _Runtime | None:
+def _load_checked(path: Path, pipeline: Pipeline, tokenizer: Tokenizer, key: str, threads: int) -> _Runtime | None:
     """The cached export at ``path``, or None when it is missing, unreadable, or fails the probe."""
     if not path.is_file():
         return None
@@ -356,7 +214,7 @@ def failed_marker(target: Path) -> Path:
     return target.with_suffix(".failed")
 
 
-def export_onnx(pipeline: Pipeline, target: Path, key: str, tokenizer: _Tokenizer) -> None:
+def export_onnx(pipeline: Pipeline, target: Path, key: str, tokenizer: Tokenizer) -> None:
     """Export the pipeline's transformer to ``target`` with torch, check it against
     torch on a probe batch, and move it into place atomically. Needs torch,
     transformers and onnx; raises ConfigError when it cannot, and records a failure
@@ -379,9 +237,32 @@ def export_onnx(pipeline: Pipeline, target: Path, key: str, tokenizer: _Tokenize
         raise
 
 
-def _export(pipeline: Pipeline, target: Path, key: str, tokenizer: _Tokenizer) -> None:
-    import onnx
-    import torch
+def _export(pipeline: Pipeline, target: Path, key: str, tokenizer: Tokenizer) -> None:
+    model, names = _torch_model(pipeline)
+    # Traced with padding in the batch, so that the masked path is the one recorded.
+    # What tracing an unsupported model, writing the file or loading it can raise
+    # (torch's OnnxExporterError is a RuntimeError).
+    failures: tuple[type[Exception], ...] = (RuntimeError, TypeError, ValueError, AttributeError, OSError, *_ort_errors())
+    sample = _torch_batch(tokenizer, names, ["an example for tracing the export, longer than the other", "short"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _trace(model, names, sample, tmp)
+        session = _compare(pipeline, model, names, tokenizer, tmp)
+        _stamp(tmp, _Runtime(pipeline, tokenizer, session), key)
+        os.chmod(tmp, 0o644)  # mkstemp made it private; it is a cache, like the model it came from
+        os.replace(tmp, target)  # atomic: a reader sees the old file or the whole new one
+    except failures as exc:
+        raise ConfigError(f"cannot export {pipeline.folder} to ONNX: {exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _torch_model(pipeline: Pipeline) -> tuple[Any, list[str]]:
+    """The transformer loaded by transformers, and the names of the inputs its forward takes."""
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
@@ -397,6 +278,14 @@ def _export(pipeline: Pipeline, target: Path, key: str, tokenizer: _Tokenizer) -
     names = [n for n in _INPUTS if n in inspect.signature(model.forward).parameters]
     if names[:2] != ["input_ids", "attention_mask"]:
         raise ConfigError(f"{pipeline.folder}: the model's forward takes {names}; the ONNX backend needs input_ids and attention_mask")
+    return model, names
+
+
+def _hidden(model: Any, names: list[str]) -> Any:
+    """A new torch module of the transformer that takes the inputs by position and
+    returns the token embeddings, in eval mode (a new module starts in training mode,
+    dropout on)."""
+    import torch
 
     class Hidden(torch.nn.Module):
         def __init__(self) -> None:
@@ -406,61 +295,66 @@ def _export(pipeline: Pipeline, target: Path, key: str, tokenizer: _Tokenizer) -
         def forward(self, *args: torch.Tensor) -> torch.Tensor:
             return self.model(**dict(zip(names, args, strict=True))).last_hidden_state  # type: ignore[no-any-return]
 
-    def batch(texts: list[str]) -> tuple[torch.Tensor, ...]:
-        encoded = tokenizer.encode(texts)
-        width = max(len(ids) for ids, _ in encoded)
-        ids = torch.full((len(texts), width), tokenizer.pad_id, dtype=torch.int64)
-        mask = torch.zeros((len(texts), width), dtype=torch.int64)
-        types = torch.zeros((len(texts), width), dtype=torch.int64)
-        for row, (tids, ttypes) in enumerate(encoded):
-            ids[row, : len(tids)] = torch.tensor(tids)
-            mask[row, : len(tids)] = 1
-            types[row, : len(tids)] = torch.tensor(ttypes)
-        return tuple({"input_ids": ids, "attention_mask": mask, "token_type_ids": types}[n] for n in names)
+    return Hidden().eval()
 
-    # Traced with padding in the batch, so that the masked path is the one recorded.
-    # What tracing an unsupported model, writing the file or loading it can raise
-    # (torch's OnnxExporterError is a RuntimeError).
-    failures: tuple[type[Exception], ...] = (RuntimeError, TypeError, ValueError, AttributeError, OSError, *_ort_errors())
-    sample = batch(["an example for tracing the export, longer than the other", "short"])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # tracer and deprecation warnings: the check below decides
-            torch.onnx.export(
-                Hidden().eval(), sample, str(tmp), input_names=names, output_names=["token_embeddings"],
-                dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "token_embeddings"]},
-                opset_version=OPSET, do_constant_folding=True, dynamo=False,
-            )
-        # Check the graph on another batch size and other lengths than it was traced with.
-        check = ["Quarterly budget review moved to Thursday.", "报销单被退回", "x", "a third, middling text"]
-        args = batch(check)
-        with torch.no_grad():
-            # eval() again: the exporter restores the wrapper's training mode after
-            # tracing, and a new module starts in training mode (dropout on).
-            want = Hidden().eval()(*args).numpy()
-        session = _session(tmp, 1)
-        got = session.run(None, {n: a.numpy() for n, a in zip(names, args, strict=True)})[0]
-        mask = args[1].numpy()[:, :, None].astype(bool)
-        diff = float(np.abs(np.where(mask, got - want, 0.0)).max() / max(1.0, np.abs(want).max()))
-        if diff > 1e-4:
-            raise ConfigError(f"{pipeline.folder}: the ONNX export differs from torch by {diff:.2g}; set embedding.backend = 'torch'")
-        proto = onnx.load(str(tmp))
-        runtime = _Runtime(pipeline, tokenizer, session)
-        for k, v in ((_PROBE_KEY, json.dumps(runtime.probe().tolist())), (_KEY_KEY, key)):
-            entry = proto.metadata_props.add()
-            entry.key, entry.value = k, v
-        onnx.save(proto, str(tmp))
-        os.chmod(tmp, 0o644)  # mkstemp made it private; it is a cache, like the model it came from
-        os.replace(tmp, target)  # atomic: a reader sees the old file or the whole new one
-    except failures as exc:
-        raise ConfigError(f"cannot export {pipeline.folder} to ONNX: {exc}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+
+def _torch_batch(tokenizer: Tokenizer, names: list[str], texts: list[str]) -> tuple[Any, ...]:
+    """The model's inputs for ``texts``, as torch tensors in the order of ``names``."""
+    import torch
+
+    encoded = tokenizer.encode(texts)
+    width = max(len(ids) for ids, _ in encoded)
+    ids = torch.full((len(texts), width), tokenizer.pad_id, dtype=torch.int64)
+    mask = torch.zeros((len(texts), width), dtype=torch.int64)
+    types = torch.zeros((len(texts), width), dtype=torch.int64)
+    for row, (tids, ttypes) in enumerate(encoded):
+        ids[row, : len(tids)] = torch.tensor(tids)
+        mask[row, : len(tids)] = 1
+        types[row, : len(tids)] = torch.tensor(ttypes)
+    return tuple({"input_ids": ids, "attention_mask": mask, "token_type_ids": types}[n] for n in names)
+
+
+def _trace(model: Any, names: list[str], sample: tuple[Any, ...], tmp: Path) -> None:
+    import torch
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer and deprecation warnings: the check below decides
+        torch.onnx.export(
+            _hidden(model, names), sample, str(tmp), input_names=names, output_names=["token_embeddings"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "token_embeddings"]},
+            opset_version=OPSET, do_constant_folding=True, dynamo=False,
+        )
+
+
+def _compare(pipeline: Pipeline, model: Any, names: list[str], tokenizer: Tokenizer, tmp: Path) -> Any:
+    """The session of the graph at ``tmp``, checked against torch on another batch size
+    and other lengths than it was traced with; ConfigError when they differ."""
+    import torch
+
+    check = ["Quarterly budget review moved to Thursday.", "报销单被退回", "x", "a third, middling text"]
+    args = _torch_batch(tokenizer, names, check)
+    with torch.no_grad():
+        # A new wrapper, in eval mode: the exporter restores the traced wrapper's
+        # training mode after tracing.
+        want = _hidden(model, names)(*args).numpy()
+    session = _session(tmp, 1)
+    got = session.run(None, {n: a.numpy() for n, a in zip(names, args, strict=True)})[0]
+    mask = args[1].numpy()[:, :, None].astype(bool)
+    diff = float(np.abs(np.where(mask, got - want, 0.0)).max() / max(1.0, np.abs(want).max()))
+    if diff > 1e-4:
+        raise ConfigError(f"{pipeline.folder}: the ONNX export differs from torch by {diff:.2g}; set embedding.backend = 'torch'")
+    return session
+
+
+def _stamp(tmp: Path, runtime: _Runtime, key: str) -> None:
+    """Store the graph's probe output and the cache key in the file's metadata."""
+    import onnx
+
+    proto = onnx.load(str(tmp))
+    for k, v in ((_PROBE_KEY, json.dumps(runtime.probe().tolist())), (_KEY_KEY, key)):
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.save(proto, str(tmp))
 
 
 # -- the embedder ----------------------------------------------------------------------
@@ -572,7 +466,7 @@ class OnnxEmbedder:
         if failed.is_file() and not path.is_file() and time.time() - failed.stat().st_mtime < RETRY_AFTER_S:
             reason = failed.read_text(encoding="utf-8", errors="replace").strip()
             raise ConfigError(f"{reason} (recorded in {failed}; delete it to try the export again)")
-        tokenizer = _Tokenizer(pipeline)
+        tokenizer = Tokenizer(pipeline)
         runtime = _load_checked(path, pipeline, tokenizer, key, self._threads)
         if runtime is None:
             log.info("exporting %s to ONNX at %s (once)", pipeline.folder, path)
@@ -613,15 +507,3 @@ class OnnxEmbedder:
         if unk is None or not ids:
             return 1.0
         return 1.0 - sum(1 for i in ids if i == unk) / len(ids)
-
-
-def _json(path: Path, *, default: dict[str, Any] | None = None) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        if default is not None:
-            return default
-        raise ConfigError(f"{path} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None

@@ -1,0 +1,70 @@
+"""The routes that write memories: add, add many, update, move, focus, feedback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ..writing import ROOT
+from .deps import Asker, Asks
+from .models import AddIn, BatchIn, FeedbackIn, MoveIn, NodeOut, UpdateIn
+
+router = APIRouter(tags=["write"])
+
+
+@router.post("/v1/{namespace}/nodes", response_model=NodeOut, status_code=201)
+def add(namespace: str, body: AddIn, ask: Asker = Asks) -> NodeOut:
+    """Write one memory (under ``parent``, or the active node; ``root`` starts a new tree)."""
+    with ask.memory() as mem:
+        parent: Any = ROOT if body.root else body.parent
+        node = mem.add(body.content, type=body.type, parent=parent, importance=body.importance,
+                       confidence=body.confidence, meta=body.meta, ts=body.ts, pinned=body.pinned)
+        return NodeOut.of(node)
+
+
+@router.post("/v1/{namespace}/nodes/batch", response_model=list[NodeOut], status_code=201)
+def add_many(namespace: str, body: BatchIn, ask: Asker = Asks) -> list[NodeOut]:
+    """Write several memories in one transaction (all or none)."""
+    items = []
+    for it in body.items:
+        item = it.model_dump(exclude_none=True)
+        if item.pop("root", False):
+            item["parent"] = ROOT
+        items.append(item)
+    with ask.memory() as mem:
+        return [NodeOut.of(n) for n in mem.add_many(items)]
+
+
+@router.patch("/v1/{namespace}/nodes/{node_id}", response_model=NodeOut)
+def update(namespace: str, node_id: str, body: UpdateIn, ask: Asker = Asks) -> NodeOut:
+    """Change a node's content, weights or meta (409 with a stale ``expected_version``)."""
+    with ask.memory() as mem:
+        node = NodeOut.of(mem.update(node_id, **body.model_dump(exclude_none=True)))
+        ask.service.event(event="weights", namespace=namespace, id=node.id, importance=node.importance,
+                          confidence=node.confidence, via="update")
+        return node
+
+
+@router.post("/v1/{namespace}/nodes/{node_id}/move", response_model=NodeOut)
+def move(namespace: str, node_id: str, body: MoveIn, ask: Asker = Asks) -> NodeOut:
+    with ask.memory() as mem:
+        return NodeOut.of(mem.move(node_id, ROOT if body.parent is None else body.parent))
+
+
+@router.post("/v1/{namespace}/nodes/{node_id}/focus", response_model=NodeOut)
+def focus(namespace: str, node_id: str, ask: Asker = Asks) -> NodeOut:
+    """Make the node the session's active one."""
+    with ask.memory() as mem:
+        return NodeOut.of(mem.focus(node_id))
+
+
+@router.post("/v1/{namespace}/nodes/{node_id}/feedback", response_model=NodeOut)
+def feedback(namespace: str, node_id: str, body: FeedbackIn, ask: Asker = Asks) -> NodeOut:
+    """Raise (or set) a node's importance and confidence."""
+    args = body.model_dump(exclude_none=True)
+    with ask.memory() as mem:
+        node = NodeOut.of(mem.feedback(node_id, **args))
+        ask.service.event(event="weights", namespace=namespace, id=node.id, importance=node.importance,
+                          confidence=node.confidence, via="feedback")
+        return node
