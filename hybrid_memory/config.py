@@ -273,11 +273,22 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def _validate(c: Config) -> None:
-    def unit(value: float, name: str) -> None:
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{name} must be in [0, 1], got {value}")
+    """Refuse a configuration out of range, naming the first bad key (in this order)."""
+    _check_weights(c.weights)
+    _check_feedback_and_forgetting(c)
+    _check_dedup(c.dedup)
+    _check_retrieval_shares(c.retrieval)
+    _check_write(c.write)
+    _check_retrieval_sizes(c.retrieval)
+    _check_limits(c)
 
-    w = c.weights
+
+def _unit(value: float, name: str) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_weights(w: WeightConfig) -> None:
     coefficients = (w.importance, w.recency, w.confidence, w.usage)
     if any(x < 0 for x in coefficients) or sum(coefficients) <= 0:
         raise ConfigError("weights coefficients must be >= 0 with a positive sum")
@@ -292,22 +303,31 @@ def _validate(c: Config) -> None:
         if extra:
             raise ConfigError(f"weights.{name} names unknown types {sorted(extra)}")
         for key, value in table.items():
-            unit(value, f"weights.{name}.{key}")
-    unit(c.feedback.important_step, "feedback.important_step")
-    unit(c.feedback.confirmed_step, "feedback.confirmed_step")
-    unit(c.forgetting.superseded, "forgetting.superseded")
-    unit(c.forgetting.empty_task, "forgetting.empty_task")
-    unit(c.forgetting.last_in_task, "forgetting.last_in_task")
+            _unit(value, f"weights.{name}.{key}")
+
+
+def _check_feedback_and_forgetting(c: Config) -> None:
+    w = c.weights
+    _unit(c.feedback.important_step, "feedback.important_step")
+    _unit(c.feedback.confirmed_step, "feedback.confirmed_step")
+    _unit(c.forgetting.superseded, "forgetting.superseded")
+    _unit(c.forgetting.empty_task, "forgetting.empty_task")
+    _unit(c.forgetting.last_in_task, "forgetting.last_in_task")
     if c.forgetting.recency < 0 or w.importance + c.forgetting.recency + w.confidence + w.usage <= 0:
         raise ConfigError("forgetting.recency must be >= 0, with a positive sum of the weights coefficients")
     if c.forgetting.half_life_s <= 0:
         raise ConfigError("forgetting.half_life_s must be > 0")
-    unit(c.dedup.similarity, "dedup.similarity")
-    unit(c.dedup.lexical, "dedup.lexical")
-    unit(c.dedup.confidence_step, "dedup.confidence_step")
-    unit(c.dedup.supersede, "dedup.supersede")
-    unit(c.dedup.supersede_words, "dedup.supersede_words")
-    r = c.retrieval
+
+
+def _check_dedup(d: DedupConfig) -> None:
+    _unit(d.similarity, "dedup.similarity")
+    _unit(d.lexical, "dedup.lexical")
+    _unit(d.confidence_step, "dedup.confidence_step")
+    _unit(d.supersede, "dedup.supersede")
+    _unit(d.supersede_words, "dedup.supersede_words")
+
+
+def _check_retrieval_shares(r: RetrievalConfig) -> None:
     for value, name in (
         (r.branch_ratio, "branch_ratio"),
         (r.branch_weight, "branch_weight"),
@@ -315,15 +335,21 @@ def _validate(c: Config) -> None:
         (r.dense_share, "dense_share"),
         (r.min_similarity, "min_similarity"),
     ):
-        unit(value, f"retrieval.{name}")
-    if c.write.branch_by not in ("nearest_task", "top_task"):
+        _unit(value, f"retrieval.{name}")
+
+
+def _check_write(w: WriteConfig) -> None:
+    if w.branch_by not in ("nearest_task", "top_task"):
         raise ConfigError("write.branch_by must be 'nearest_task' or 'top_task'")
-    if c.write.index_batch < 1:
+    if w.index_batch < 1:
         raise ConfigError("write.index_batch must be >= 1")
-    if c.write.max_depth < 1 or c.write.max_children < 1:
+    if w.max_depth < 1 or w.max_children < 1:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
-    if c.write.passage_tokens < 16:
+    if w.passage_tokens < 16:
         raise ConfigError("write.passage_tokens must be >= 16")
+
+
+def _check_retrieval_sizes(r: RetrievalConfig) -> None:
     if not 0.0 <= r.active_prior <= 10.0:
         raise ConfigError("retrieval.active_prior must be from 0 to 10 (0: off)")
     if r.family_open < 0:
@@ -336,11 +362,14 @@ def _validate(c: Config) -> None:
         raise ConfigError("retrieval.spread_branches must be >= 0 (0: off)")
     if r.standing_max < 0:
         raise ConfigError("retrieval.standing_max must be >= 0 (0: none)")
+
+
+def _check_limits(c: Config) -> None:
     if c.accel.common_postings < 0:
         raise ConfigError("accel.common_postings must be >= 0 (0: no limit)")
     if c.accel.row_cache < 0:
         raise ConfigError("accel.row_cache must be >= 0 (0: no cache)")
-    unit(c.forgetting.threshold, "forgetting.threshold")
+    _unit(c.forgetting.threshold, "forgetting.threshold")
     if c.forgetting.max_nodes < 0:
         raise ConfigError("forgetting.max_nodes must be >= 0")
     if c.write.max_content_chars < 1 or c.usage.flush_every < 1 or c.embedding.batch_size < 1:

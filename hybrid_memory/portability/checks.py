@@ -40,8 +40,6 @@ class Snapshot:
     ops: list[dict[str, Any]] = field(default_factory=list)
 
 
-
-
 def _lines(source: Path) -> Iterator[tuple[int, str]]:
     try:
         with open(source, encoding="utf-8", newline="\n") as fh:
@@ -57,62 +55,23 @@ def _lines(source: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_snapshot(source: Path, max_chars: int, ring: Keyring | None = None,
-                   hasher: Callable[[str], str] = content_hash) -> Snapshot:
+                  hasher: Callable[[str], str] = content_hash) -> Snapshot:
     snap: Snapshot | None = None
-    seen_sessions: set[str] = set()
-    last_seq = 0
-    cursor_lines: list[int] = []
+    seen = _Seen()
     bar = progress_bar(None, "read")
     try:
         for lineno, line in _lines(source):
             bar.update(1)
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadSnapshotError(f"not valid JSON ({exc.msg})", lineno) from None
-            except RecursionError:
-                raise BadSnapshotError("a value is nested too deeply", lineno) from None
-            except ValueError as exc:
-                raise BadSnapshotError(f"not valid JSON ({exc})", lineno) from None
-            if not isinstance(obj, dict):
-                raise BadSnapshotError("expected a JSON object", lineno)
+            obj = _parse_line(line, lineno)
             if snap is None:
-                snap = Snapshot(header=_check_header(obj, lineno))
-                if snap.header.get("sealed") is not None and ring is None:
-                    raise EncryptionKeyError(f"the export is encrypted (key {snap.header['sealed']}): "
-                                             "open the memory with its key to import it")
+                snap = _start(obj, lineno, ring)
                 continue
             if snap.header.get("sealed") is not None:
                 obj = _unseal_line(obj, ring, lineno)
-            kind = obj.get("kind")
             try:
-                if kind == "node":
-                    node, vec, model = _check_node(obj, max_chars, snap.header.get("dim"), hasher)
-                    if node["id"] in snap.lines:
-                        raise BadSnapshotError(f"node {node['id']} appears twice (first on line {snap.lines[node['id']]})")
-                    snap.nodes.append(node)
-                    snap.vectors[node["id"]] = vec
-                    snap.models[node["id"]] = model
-                    snap.lines[node["id"]] = lineno
-                elif kind == "cursor":
-                    c = _check_cursor(obj)
-                    if c["session"] in seen_sessions:
-                        raise BadSnapshotError(f"a second cursor for session {c['session']!r}")
-                    seen_sessions.add(c["session"])
-                    snap.cursors.append(c)
-                    cursor_lines.append(lineno)
-                elif kind == "checkpoint":
-                    snap.checkpoints.append(_check_checkpoint(obj))
-                elif kind == "op":
-                    o = _check_op(obj)
-                    if o["seq"] <= last_seq:
-                        raise BadSnapshotError(f"log entries must be in increasing seq order ({o['seq']} after {last_seq})")
-                    last_seq = o["seq"]
-                    snap.ops.append(o)
-                else:
-                    raise BadSnapshotError(f"unknown kind {check.show(kind)} (expected node, cursor, checkpoint or op)")
+                _take(snap, seen, obj, lineno, max_chars, hasher)
             except BadSnapshotError as exc:
                 if exc.line is None:
                     raise BadSnapshotError(str(exc), lineno) from None
@@ -123,8 +82,72 @@ def read_snapshot(source: Path, max_chars: int, ring: Keyring | None = None,
         bar.close()
     if snap is None:
         raise BadSnapshotError("the file is empty (no header line)")
-    _check_tree(snap, cursor_lines)
+    _check_tree(snap, seen.cursor_lines)
     return snap
+
+
+@dataclass
+class _Seen:
+    """What a line is checked against besides itself: the sessions that have a cursor
+    already, the last log position, and each cursor's line (for :func:`_check_tree`)."""
+
+    sessions: set[str] = field(default_factory=set)
+    last_seq: int = 0
+    cursor_lines: list[int] = field(default_factory=list)
+
+
+def _parse_line(line: str, lineno: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadSnapshotError(f"not valid JSON ({exc.msg})", lineno) from None
+    except RecursionError:
+        raise BadSnapshotError("a value is nested too deeply", lineno) from None
+    except ValueError as exc:
+        raise BadSnapshotError(f"not valid JSON ({exc})", lineno) from None
+    if not isinstance(obj, dict):
+        raise BadSnapshotError("expected a JSON object", lineno)
+    return obj
+
+
+def _start(obj: Mapping[str, Any], lineno: int, ring: Keyring | None) -> Snapshot:
+    """The snapshot its header line begins."""
+    snap = Snapshot(header=_check_header(obj, lineno))
+    if snap.header.get("sealed") is not None and ring is None:
+        raise EncryptionKeyError(f"the export is encrypted (key {snap.header['sealed']}): "
+                                 "open the memory with its key to import it")
+    return snap
+
+
+def _take(snap: Snapshot, seen: _Seen, obj: Mapping[str, Any], lineno: int, max_chars: int,
+          hasher: Callable[[str], str]) -> None:
+    """Check one line after the header and add it to ``snap``."""
+    kind = obj.get("kind")
+    if kind == "node":
+        node, vec, model = _check_node(obj, max_chars, snap.header.get("dim"), hasher)
+        if node["id"] in snap.lines:
+            raise BadSnapshotError(f"node {node['id']} appears twice (first on line {snap.lines[node['id']]})")
+        snap.nodes.append(node)
+        snap.vectors[node["id"]] = vec
+        snap.models[node["id"]] = model
+        snap.lines[node["id"]] = lineno
+    elif kind == "cursor":
+        c = _check_cursor(obj)
+        if c["session"] in seen.sessions:
+            raise BadSnapshotError(f"a second cursor for session {c['session']!r}")
+        seen.sessions.add(c["session"])
+        snap.cursors.append(c)
+        seen.cursor_lines.append(lineno)
+    elif kind == "checkpoint":
+        snap.checkpoints.append(_check_checkpoint(obj))
+    elif kind == "op":
+        o = _check_op(obj)
+        if o["seq"] <= seen.last_seq:
+            raise BadSnapshotError(f"log entries must be in increasing seq order ({o['seq']} after {seen.last_seq})")
+        seen.last_seq = o["seq"]
+        snap.ops.append(o)
+    else:
+        raise BadSnapshotError(f"unknown kind {check.show(kind)} (expected node, cursor, checkpoint or op)")
 
 
 def _check_header(obj: Mapping[str, Any], lineno: int) -> dict[str, Any]:

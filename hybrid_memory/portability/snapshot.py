@@ -7,10 +7,10 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 from sqlalchemy import func, insert, select
@@ -85,14 +85,6 @@ def export(mem: Host, path: str | os.PathLike[str], *, include_log: bool = False
     except OSError as exc:  # a name too long, a parent that is a file...
         raise InvalidInputError(f"cannot write {target}: {exc}") from None
     mem.flush()
-    store, ns = mem.store, mem.namespace
-    ring = store.keyring
-    counts = {"node": 0, "cursor": 0, "checkpoint": 0, "op": 0}
-
-    def line(obj: Mapping[str, Any]) -> str:
-        # An encrypted memory exports encrypted: each line sealed whole.
-        return _dumps(obj) if ring is None else _dumps({"sealed": ring.seal(json.dumps(obj, ensure_ascii=False, allow_nan=False), "export")})
-
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,46 +93,8 @@ def export(mem: Host, path: str | os.PathLike[str], *, include_log: bool = False
     except OSError as exc:
         raise StorageError(f"cannot write {target}: {exc}") from exc
     try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as fh, store.reading() as conn:
-            where = nodes.c.namespace == ns
-            total = int(conn.execute(select(func.count()).where(where)).scalar_one())
-            if include_log:
-                total += int(conn.execute(select(func.count()).where(oplog.c.namespace == ns)).scalar_one())
-            blob = conn.execute(select(nodes.c.embedding).where(where, func.length(nodes.c.embedding) > 0)
-                                .limit(1)).scalar()
-            header = {
-                "format": FORMAT, "version": VERSION, "namespace": ns, "embed_model": mem.embedder.name,
-                "dim": len(blob) // 4 if blob is not None else None,
-                "exported_at": mem.clock(), "include_log": include_log, "vectors": context.VECTORS_VERSION,
-            }
-            if ring is not None:
-                header["sealed"] = ring.primary
-            fh.write(_dumps(header))
-            bar = progress_bar(total, "export")
-            try:
-                q = select(nodes).where(where).order_by(nodes.c.depth, nodes.c.created_at, nodes.c.id)
-                for row in conn.execute(q):
-                    fh.write(line(node_line(dict(row._mapping))))
-                    counts["node"] += 1
-                    bar.update(1)
-                for c in conn.execute(select(cursors).where(cursors.c.namespace == ns).order_by(cursors.c.session)):
-                    fh.write(line({"kind": "cursor", "session": c.session, "active_id": c.active_id,
-                                     "updated_at": c.updated_at}))
-                    counts["cursor"] += 1
-                q = select(checkpoints).where(checkpoints.c.namespace == ns).order_by(checkpoints.c.id)
-                for cp in conn.execute(q):
-                    fh.write(line({"kind": "checkpoint", "id": cp.id, "session": cp.session,
-                                     "active_id": cp.active_id, "log_seq": cp.log_seq, "ts": cp.ts, "note": cp.note}))
-                    counts["checkpoint"] += 1
-                if include_log:
-                    for o in conn.execute(select(oplog).where(oplog.c.namespace == ns).order_by(oplog.c.seq)):
-                        payload = parse_payload(o.payload)
-                        fh.write(line({"kind": "op", "seq": o.seq, "session": o.session, "ts": o.ts, "op": o.op,
-                                         "node_id": o.node_id, "payload": payload if payload is not None else {"corrupt": True}}))
-                        counts["op"] += 1
-                        bar.update(1)
-            finally:
-                bar.close()
+        with open(tmp, "x", encoding="utf-8", newline="\n") as fh, mem.store.reading() as conn:
+            counts = _write_export(mem, conn, fh, include_log)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -151,6 +105,63 @@ def export(mem: Host, path: str | os.PathLike[str], *, include_log: bool = False
         with contextlib.suppress(OSError):  # nothing was made (its folder could not be)
             tmp.unlink(missing_ok=True)
     return Transfer(str(target), counts["node"], counts["cursor"], counts["checkpoint"], counts["op"])
+
+
+def _write_export(mem: Host, conn: Connection, fh: TextIO, include_log: bool) -> dict[str, int]:
+    """The header line, then a line per node, cursor, checkpoint and (with
+    ``include_log``) log entry of the namespace; how many lines of each kind."""
+    ns, ring = mem.namespace, mem.store.keyring
+    counts = {"node": 0, "cursor": 0, "checkpoint": 0, "op": 0}
+
+    def line(obj: Mapping[str, Any]) -> str:
+        # An encrypted memory exports encrypted: each line sealed whole.
+        return _dumps(obj) if ring is None else _dumps({"sealed": ring.seal(json.dumps(obj, ensure_ascii=False, allow_nan=False), "export")})
+
+    total = int(conn.execute(select(func.count()).where(nodes.c.namespace == ns)).scalar_one())
+    if include_log:
+        total += int(conn.execute(select(func.count()).where(oplog.c.namespace == ns)).scalar_one())
+    fh.write(_dumps(_export_header(mem, conn, include_log)))
+    bar = progress_bar(total, "export")
+    try:
+        q = select(nodes).where(nodes.c.namespace == ns).order_by(nodes.c.depth, nodes.c.created_at, nodes.c.id)
+        for row in conn.execute(q):
+            fh.write(line(node_line(dict(row._mapping))))
+            counts["node"] += 1
+            bar.update(1)
+        for c in conn.execute(select(cursors).where(cursors.c.namespace == ns).order_by(cursors.c.session)):
+            fh.write(line({"kind": "cursor", "session": c.session, "active_id": c.active_id,
+                             "updated_at": c.updated_at}))
+            counts["cursor"] += 1
+        q = select(checkpoints).where(checkpoints.c.namespace == ns).order_by(checkpoints.c.id)
+        for cp in conn.execute(q):
+            fh.write(line({"kind": "checkpoint", "id": cp.id, "session": cp.session,
+                             "active_id": cp.active_id, "log_seq": cp.log_seq, "ts": cp.ts, "note": cp.note}))
+            counts["checkpoint"] += 1
+        if include_log:
+            for o in conn.execute(select(oplog).where(oplog.c.namespace == ns).order_by(oplog.c.seq)):
+                payload = parse_payload(o.payload)
+                fh.write(line({"kind": "op", "seq": o.seq, "session": o.session, "ts": o.ts, "op": o.op,
+                                 "node_id": o.node_id, "payload": payload if payload is not None else {"corrupt": True}}))
+                counts["op"] += 1
+                bar.update(1)
+    finally:
+        bar.close()
+    return counts
+
+
+def _export_header(mem: Host, conn: Connection, include_log: bool) -> dict[str, Any]:
+    ring = mem.store.keyring
+    blob = conn.execute(select(nodes.c.embedding).where(nodes.c.namespace == mem.namespace,
+                                                        func.length(nodes.c.embedding) > 0)
+                        .limit(1)).scalar()
+    header = {
+        "format": FORMAT, "version": VERSION, "namespace": mem.namespace, "embed_model": mem.embedder.name,
+        "dim": len(blob) // 4 if blob is not None else None,
+        "exported_at": mem.clock(), "include_log": include_log, "vectors": context.VECTORS_VERSION,
+    }
+    if ring is not None:
+        header["sealed"] = ring.primary
+    return header
 
 
 def node_line(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -224,6 +235,52 @@ def _write_snapshot(
 ) -> Transfer:
     store, ns, name = mem.store, mem.namespace, mem.embedder.name
     lock_log(mem.store, conn)
+    _refuse_unless_empty(mem, conn, snap)
+    top = int(conn.execute(select(func.max(oplog.c.seq))).scalar() or 0)
+    # Log positions: the file's own when they are all past this store's log, else shifted.
+    offset = 0
+    if snap.ops and snap.ops[0]["seq"] <= top:
+        offset = top - snap.ops[0]["seq"] + 1
+    shift = _shifter(offset)
+    bar = progress_bar(len(snap.nodes) + len(snap.ops), "import")
+    try:
+        again = set(redo)
+        rows = [
+            dict(n, namespace=ns, archived_op=shift(n["archived_op"]), embedding=blobs[n["id"]],
+                 embed_model=name if n["id"] in again else snap.models[n["id"]])
+            for n in snap.nodes
+        ]
+        # Branch heads as this memory groups them (the file may come from another branch_by).
+        mode = mem.config.write.branch_by
+        heads = [r["branch_id"] for r in rows]
+        regroup(State(nodes={r["id"]: r for r in rows}), mode)
+        regrouped = any(r["branch_id"] != h for r, h in zip(rows, heads, strict=True))
+        _insert_nodes(mem, conn, snap, rows, again, bar)
+        if snap.cursors:
+            conn.execute(insert(cursors), [dict(c, namespace=ns) for c in snap.cursors])
+        if snap.checkpoints:
+            _insert_checkpoints(conn, ns, snap.checkpoints, shift)
+        if snap.ops:
+            n_ops = _insert_ops(conn, ns, snap.ops, offset, shift, bar)
+        else:
+            n_ops = _log_import(mem, conn, rows, snap.cursors, now, top, snap)
+    finally:
+        bar.close()
+    if store.is_postgres:  # explicit keys do not move PostgreSQL's sequences: move them past
+        for table, col in ((oplog, "seq"), (checkpoints, "id")):
+            conn.execute(sql_text(
+                f"SELECT setval(pg_get_serial_sequence('{table.name}', '{col}'), "
+                f"(SELECT COALESCE(MAX({col}), 0) + 1 FROM {table.name}), false)"
+            ))
+    if regrouped:  # so that replaying the imported log regroups the same way
+        store.log.append(conn, ns, mem.session, now, "branch_mode", None, {"mode": mode})
+        n_ops += 1
+    return Transfer(source, len(rows), len(snap.cursors), len(snap.checkpoints), n_ops, len(redo))
+
+
+def _refuse_unless_empty(mem: Host, conn: Connection, snap: Snapshot) -> None:
+    """An import goes into an empty namespace, and takes no id another node holds."""
+    ns = mem.namespace
     used = {
         "nodes": conn.execute(select(func.count()).where(nodes.c.namespace == ns)).scalar_one(),
         "log entries": conn.execute(select(func.count()).where(oplog.c.namespace == ns)).scalar_one(),
@@ -239,75 +296,63 @@ def _write_snapshot(
         if clash is not None:
             where = "this namespace" if clash.namespace == mem.namespace else "another namespace of this store"
             raise ConflictError(f"node {clash.id} already exists in {where}")
-    top = int(conn.execute(select(func.max(oplog.c.seq))).scalar() or 0)
-    # Log positions: the file's own when they are all past this store's log, else shifted.
-    offset = 0
-    if snap.ops and snap.ops[0]["seq"] <= top:
-        offset = top - snap.ops[0]["seq"] + 1
+
+
+def _shifter(offset: int) -> Callable[[Any], Any]:
+    """Moves a log position of the file by ``offset`` (leaves anything else alone)."""
 
     def shift(v: Any) -> Any:
         return v + offset if isinstance(v, int) and not isinstance(v, bool) else v
 
-    bar = progress_bar(len(snap.nodes) + len(snap.ops), "import")
-    try:
-        again = set(redo)
-        rows = [
-            dict(n, namespace=ns, archived_op=shift(n["archived_op"]), embedding=blobs[n["id"]],
-                 embed_model=name if n["id"] in again else snap.models[n["id"]])
-            for n in snap.nodes
-        ]
-        # Branch heads as this memory groups them (the file may come from another branch_by).
-        mode = mem.config.write.branch_by
-        heads = [r["branch_id"] for r in rows]
-        regroup(State(nodes={r["id"]: r for r in rows}), mode)
-        regrouped = any(r["branch_id"] != h for r, h in zip(rows, heads, strict=True))
-        for i in range(0, len(rows), CHUNK):
-            conn.execute(insert(nodes), rows[i : i + CHUNK])
-            bar.update(len(rows[i : i + CHUNK]))
-        live = [r for r in rows if r["status"] == Status.LIVE.value]
-        for r in live:
-            store.terms.index(conn, ns, r["id"], text.term_counts(r["content"]))
-        store.outbox.enqueue(conn, ns, [r["id"] for r in live], "upsert")
-        # Vectors embedded here, or made by a version that read no path, are read again
-        # with their path (hybrid_memory.context) once this transaction commits.
-        made_here = snap.header.get("vectors") == context.VECTORS_VERSION
-        context.mark(store, conn, ns, [r["id"] for r in rows if r["depth"] > 0 and (r["id"] in again or not made_here)])
-        if snap.cursors:
-            conn.execute(insert(cursors), [dict(c, namespace=ns) for c in snap.cursors])
-        if snap.checkpoints:
-            cp_ids = [c["id"] for c in snap.checkpoints if c.get("id") is not None]
-            keep = len(cp_ids) == len(snap.checkpoints) and not conn.execute(
-                select(func.count()).where(checkpoints.c.id.in_(cp_ids))).scalar_one()
-            for c in snap.checkpoints:
-                values = dict(c, namespace=ns, log_seq=shift(c["log_seq"]))
-                if not keep:
-                    values.pop("id", None)
-                conn.execute(insert(checkpoints).values(**values))
-        if snap.ops:
-            entries = []
-            for o in snap.ops:
-                payload = _shift_payload(o["op"], o["payload"], shift)
-                entries.append({"seq": o["seq"] + offset, "namespace": ns, "session": o["session"], "ts": o["ts"],
-                                "op": o["op"], "node_id": o["node_id"],
-                                "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)})
-            for i in range(0, len(entries), CHUNK):
-                conn.execute(insert(oplog), entries[i : i + CHUNK])
-                bar.update(len(entries[i : i + CHUNK]))
-            n_ops = len(entries)
-        else:
-            n_ops = _log_import(mem, conn, rows, snap.cursors, now, top, snap)
-    finally:
-        bar.close()
-    if store.is_postgres:  # explicit keys do not move PostgreSQL's sequences: move them past
-        for table, col in ((oplog, "seq"), (checkpoints, "id")):
-            conn.execute(sql_text(
-                f"SELECT setval(pg_get_serial_sequence('{table.name}', '{col}'), "
-                f"(SELECT COALESCE(MAX({col}), 0) + 1 FROM {table.name}), false)"
-            ))
-    if regrouped:  # so that replaying the imported log regroups the same way
-        store.log.append(conn, ns, mem.session, now, "branch_mode", None, {"mode": mode})
-        n_ops += 1
-    return Transfer(source, len(rows), len(snap.cursors), len(snap.checkpoints), n_ops, len(redo))
+    return shift
+
+
+def _insert_nodes(
+    mem: Host, conn: Connection, snap: Snapshot, rows: Sequence[Mapping[str, Any]], again: set[str], bar: Any,
+) -> None:
+    """The node rows, the terms of the live ones, and their index work."""
+    store, ns = mem.store, mem.namespace
+    for i in range(0, len(rows), CHUNK):
+        conn.execute(insert(nodes), rows[i : i + CHUNK])
+        bar.update(len(rows[i : i + CHUNK]))
+    live = [r for r in rows if r["status"] == Status.LIVE.value]
+    for r in live:
+        store.terms.index(conn, ns, r["id"], text.term_counts(r["content"]))
+    store.outbox.enqueue(conn, ns, [r["id"] for r in live], "upsert")
+    # Vectors embedded here, or made by a version that read no path, are read again
+    # with their path (hybrid_memory.context) once this transaction commits.
+    made_here = snap.header.get("vectors") == context.VECTORS_VERSION
+    context.mark(store, conn, ns, [r["id"] for r in rows if r["depth"] > 0 and (r["id"] in again or not made_here)])
+
+
+def _insert_checkpoints(
+    conn: Connection, ns: str, rows: Sequence[Mapping[str, Any]], shift: Callable[[Any], Any],
+) -> None:
+    """The file's checkpoints, with their own ids when all are free, else new ones."""
+    cp_ids = [c["id"] for c in rows if c.get("id") is not None]
+    keep = len(cp_ids) == len(rows) and not conn.execute(
+        select(func.count()).where(checkpoints.c.id.in_(cp_ids))).scalar_one()
+    for c in rows:
+        values = dict(c, namespace=ns, log_seq=shift(c["log_seq"]))
+        if not keep:
+            values.pop("id", None)
+        conn.execute(insert(checkpoints).values(**values))
+
+
+def _insert_ops(
+    conn: Connection, ns: str, ops: Sequence[Mapping[str, Any]], offset: int, shift: Callable[[Any], Any], bar: Any,
+) -> int:
+    """The file's log, moved by ``offset``; how many entries it holds."""
+    entries = []
+    for o in ops:
+        payload = _shift_payload(o["op"], o["payload"], shift)
+        entries.append({"seq": o["seq"] + offset, "namespace": ns, "session": o["session"], "ts": o["ts"],
+                        "op": o["op"], "node_id": o["node_id"],
+                        "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)})
+    for i in range(0, len(entries), CHUNK):
+        conn.execute(insert(oplog), entries[i : i + CHUNK])
+        bar.update(len(entries[i : i + CHUNK]))
+    return len(entries)
 
 
 def _shift_payload(op: str, payload: Mapping[str, Any], shift: Any) -> dict[str, Any]:
