@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import reprlib
 import unicodedata
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from .errors import InvalidContentError, InvalidInputError, InvalidTypeError
+from .errors import AccessDeniedError, InvalidContentError, InvalidInputError, InvalidTypeError
 from .model import NodeType
 
 #: Nesting of meta (mappings and lists inside each other) allowed at most.
@@ -134,6 +136,19 @@ def timestamp(value: object, name: str = "ts") -> float:
     return seconds
 
 
+def finite(value: object, name: str) -> float:
+    """A finite number (a cosine a hair past 1, float rounding, is one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a finite number, got {show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidTypeError(f"{name} must be a finite number, got {show(value)}")
+    return number
+
+
 def positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInputError(f"{name} must be a positive integer, got {show(value)}")
@@ -158,3 +173,27 @@ def role(value: object) -> str:
     if value not in ROLES:
         raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {show(value)}")
     return str(value)
+
+
+def allow(role: str, needed: str, what: str) -> None:
+    """Refuse ``what()`` (AccessDeniedError) to a handle whose ``role`` is below ``needed``."""
+    if ROLES.index(role) < ROLES.index(needed):
+        raise AccessDeniedError(f"{what}() needs the {needed!r} role; this handle was opened as {role!r}")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def requires(needed: str) -> Callable[[F], F]:
+    """Refuse the call (AccessDeniedError, nothing done) on a handle whose ``role`` is
+    below ``needed``; a wrong call is a TypeError first, as unwrapped."""
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            sig.bind(self, *args, **kwargs)
+            allow(self.role, needed, fn.__name__)
+            return fn(self, *args, **kwargs)
+        return checked  # type: ignore[return-value]
+    return wrap

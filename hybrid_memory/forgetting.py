@@ -2,20 +2,99 @@
 
 It runs over the whole live tree, so it works on plain columns (ids, parents,
 weights as an array), never on one object per node: a pass over a million nodes
-stays a matter of seconds.
+stays a matter of seconds. :func:`choose` is the entry point: the live rows'
+columns in, the plan out (the one store read it needs, which tasks have children,
+is handed in).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .config import Config, WeightConfig
+from .errors import InvalidInputError
 from .model import Node, NodeType
+from .weights import check_unit, weight_array
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveColumns:
+    """The live nodes as columns, one row per node, in the order of
+    ``store.schema.FORGET_COLUMNS``."""
+
+    ids: list[str]
+    parents: list[str | None]
+    types: list[str]
+    branches: list[str]
+    pinned: list[bool]
+    importance: list[float]
+    confidence: list[float]
+    accessed: list[int]
+    created: list[float]
+    updated: list[float]
+    read: list[float]
+    below: list[float]
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> LiveColumns:
+        columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(12)]
+        return cls(*columns)
+
+
+def limits(config: Config, threshold: float | None, max_nodes: int | None) -> tuple[float, int]:
+    """The checked threshold and cap of a ``forget`` (the configured ones by default)."""
+    f = config.forgetting
+    thr = f.threshold if threshold is None else check_unit(threshold, "threshold")
+    cap = f.max_nodes if max_nodes is None else max_nodes
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise InvalidInputError("max_nodes must be an integer >= 0 (0: no cap)")
+    return thr, cap
+
+
+def choose(cols: LiveColumns, *, now: float, config: Config, threshold: float, max_nodes: int,
+           protected: set[str], with_children: Callable[[list[str]], set[str]]) -> list[tuple[str, float]]:
+    """The (id, weight) pairs ``forget()`` prunes, in pruning order (:func:`plan_forget`):
+    the forgetting weights, lowered for a superseded state, an empty task and the last
+    memory of a task. Pinned and ``protected`` nodes stay. ``with_children``: which of
+    the given tasks have children, live or not (a leaf task with forgotten ones is empty)."""
+    f = config.forgetting
+    ids = cols.ids
+    weights = forget_weights(cols, now, config)
+    parent_row = parent_rows(ids, cols.parents)
+    live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))
+    # A task is empty once what was under it is forgotten: one with live
+    # memories now, or a leaf with forgotten ones. A new task is not.
+    is_task = np.array(cols.types, dtype=object) == NodeType.TASK.value
+    is_empty = is_task & (live_children > 0)
+    leaf_tasks = np.flatnonzero(is_task & ~is_empty)
+    if f.empty_task < 1 and len(leaf_tasks):
+        emptied = with_children([ids[i] for i in leaf_tasks])
+        is_empty[[i for i in leaf_tasks.tolist() if ids[i] in emptied]] = True
+    weights *= heading_factors(np.arange(len(ids)), parent_row, live_children, is_empty, is_task,
+                               empty_task=f.empty_task, last_in_task=f.last_in_task)
+    keep = [bool(cols.pinned[i]) or node_id in protected for i, node_id in enumerate(ids)]
+    return plan_forget(ids, cols.parents, weights.tolist(), keep, threshold=threshold, max_nodes=max_nodes,
+                       parent_row=parent_row, alone=alone_shares(parent_row, is_task, f.last_in_task))
+
+
+def forget_weights(cols: LiveColumns, now: float, config: Config) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Each live node's forgetting weight (:func:`forgetting_weights`), a superseded
+    state's lowered by ``forgetting.superseded``. A node was touched when it was made,
+    changed, read or had something written below it."""
+    touched = np.maximum.reduce([np.array(cols.created), np.array(cols.updated), np.array(cols.read),
+                                 np.array(cols.below)])
+    weights = weight_array(importance=np.array(cols.importance), confidence=np.array(cols.confidence),
+                           access_count=np.array(cols.accessed), touched_at=touched,
+                           now=now, cfg=forgetting_weights(config))
+    states = {cols.ids[i]: i for i, t in enumerate(cols.types) if t == NodeType.STATE.value}
+    for node_id in superseded_ids((i, cols.branches[r], cols.created[r]) for i, r in states.items()):
+        weights[states[node_id]] *= config.forgetting.superseded
+    return weights
 
 
 def plan_forget(
@@ -45,57 +124,75 @@ def plan_forget(
     second pass would take.
     """
     rows_parent = parent_rows(ids, parents) if parent_row is None else np.asarray(parent_row, dtype=np.int64)
-    counts = np.bincount(rows_parent[rows_parent >= 0], minlength=len(ids))
-    start = np.flatnonzero((counts == 0) & ~np.asarray(keep, dtype=bool).reshape(-1))
-    children = counts.tolist()
-    parent_row = rows_parent.tolist()
-    weights = list(weights)
-    shares = None if alone is None else np.asarray(alone, dtype=np.float64).tolist()
-    # Per node, the sum of its live children's rows: once one child is left, the sum is its row.
-    has = rows_parent >= 0
-    child_sum = [] if shares is None else \
-        np.bincount(rows_parent[has], weights=np.flatnonzero(has), minlength=len(ids)).astype(np.int64).tolist()
-    gone = [False] * len(ids)
-    # The leaves of the start, sorted once, and a heap for the parents that become
-    # leaves on the way: the lower head of the two is what one heap of all of them
-    # would pop (a heap of a million entries costs several times the sort).
-    leaves = _sorted_leaves(ids, weights, start)
-    freed: list[tuple[float, str, int]] = []
-    at = 0
+    walk = _Pass(ids, rows_parent, weights, keep, alone)
     live = len(ids)
     plan: list[tuple[str, float]] = []
-    while at < len(leaves) or freed:
-        if freed and (at == len(leaves) or freed[0] < leaves[at]):
-            w, node_id, i = freed[0]
-            from_heap = True
-        else:
-            w, node_id, i = leaves[at]
-            from_heap = False
-        if from_heap:
-            heapq.heappop(freed)
-        else:
-            at += 1
-        if gone[i]:  # an entry from before its weight dropped: taken at the lower one
+    while (head := walk.next()) is not None:
+        w, node_id, i = head
+        if walk.gone[i]:  # an entry from before its weight dropped: taken at the lower one
             continue
         over_cap = max_nodes > 0 and live > max_nodes
         if w >= threshold and not over_cap:
             break
-        gone[i] = True
+        walk.take(i)
         plan.append((node_id, w))
         live -= 1
-        p = parent_row[i]
-        if p >= 0:
-            children[p] -= 1
-            if children[p] == 0 and not keep[p]:
-                heapq.heappush(freed, (weights[p], ids[p], p))
-            elif shares is not None:
-                child_sum[p] -= i
-                left = child_sum[p]
-                if children[p] == 1 and shares[left] < 1.0:
-                    weights[left] *= shares[left]
-                    if children[left] == 0 and not keep[left]:  # a leaf waiting: again, at its new weight
-                        heapq.heappush(freed, (weights[left], ids[left], left))
     return plan
+
+
+class _Pass:
+    """The state of one pruning pass (:func:`plan_forget`): the candidates in pruning
+    order, and what taking one changes (its parent's child count, the weight of a
+    child left alone)."""
+
+    def __init__(self, ids: Sequence[str], rows_parent: np.ndarray[Any, Any], weights: Sequence[float],
+                 keep: Sequence[bool], alone: Sequence[float] | np.ndarray[Any, Any] | None) -> None:
+        counts = np.bincount(rows_parent[rows_parent >= 0], minlength=len(ids))
+        start = np.flatnonzero((counts == 0) & ~np.asarray(keep, dtype=bool).reshape(-1))
+        self._ids, self._keep = ids, keep
+        self._children = counts.tolist()
+        self._parent_row = rows_parent.tolist()
+        self._weights = list(weights)
+        self._shares = None if alone is None else np.asarray(alone, dtype=np.float64).tolist()
+        # Per node, the sum of its live children's rows: once one child is left, the sum is its row.
+        has = rows_parent >= 0
+        self._child_sum = [] if self._shares is None else \
+            np.bincount(rows_parent[has], weights=np.flatnonzero(has), minlength=len(ids)).astype(np.int64).tolist()
+        self.gone = [False] * len(ids)
+        # The leaves of the start, sorted once, and a heap for the parents that become
+        # leaves on the way: the lower head of the two is what one heap of all of them
+        # would pop (a heap of a million entries costs several times the sort).
+        self._leaves = _sorted_leaves(ids, self._weights, start)
+        self._freed: list[tuple[float, str, int]] = []
+        self._at = 0
+
+    def next(self) -> tuple[float, str, int] | None:
+        """The next candidate (weight, id, row), lowest weight first (None: no more)."""
+        leaves, freed = self._leaves, self._freed
+        if freed and (self._at == len(leaves) or freed[0] < leaves[self._at]):
+            return heapq.heappop(freed)
+        if self._at < len(leaves):
+            self._at += 1
+            return leaves[self._at - 1]
+        return None
+
+    def take(self, i: int) -> None:
+        """Prune row ``i``: its parent may become a leaf, or leave one child alone."""
+        self.gone[i] = True
+        p = self._parent_row[i]
+        if p < 0:
+            return
+        children, weights, ids, keep = self._children, self._weights, self._ids, self._keep
+        children[p] -= 1
+        if children[p] == 0 and not keep[p]:
+            heapq.heappush(self._freed, (weights[p], ids[p], p))
+        elif self._shares is not None:
+            self._child_sum[p] -= i
+            left = self._child_sum[p]
+            if children[p] == 1 and self._shares[left] < 1.0:
+                weights[left] *= self._shares[left]
+                if children[left] == 0 and not keep[left]:  # a leaf waiting: again, at its new weight
+                    heapq.heappush(self._freed, (weights[left], ids[left], left))
 
 
 def _sorted_leaves(ids: Sequence[str], weights: Sequence[float],

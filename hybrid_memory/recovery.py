@@ -1,5 +1,6 @@
 """Healing the derived vector index from the relational truth: the outbox drain run
-after every write and at open, ``verify``, ``repair`` and ``reindex``."""
+after every write and at open, ``verify``, ``repair`` and ``reindex``, and the view
+of the index (:class:`AppliedFirst`) whose reads apply the waiting writes first."""
 
 from __future__ import annotations
 
@@ -212,4 +213,61 @@ def reindex(
     return done
 
 
-__all__: Sequence[str] = ["corrupt_log_entries", "drain_outbox", "nearest", "reindex", "repair", "verify"]
+class AppliedFirst:
+    """A vector index whose reads first apply the index writes waiting in the outbox,
+    so that what a caller reads through ``MemoryTree.index`` includes every write."""
+
+    def __init__(self, index: VectorIndex, apply: Callable[[], None]) -> None:
+        self._inner, self._apply = index, apply
+
+    def upsert(self, namespace: str, ids: Sequence[str], vectors: Any) -> None:
+        self._inner.upsert(namespace, ids, vectors)
+
+    def delete(self, namespace: str, ids: Sequence[str]) -> None:
+        self._inner.delete(namespace, ids)
+
+    def query(self, namespace: str, vectors: Any, n: int) -> list[list[tuple[str, float]]]:
+        self._apply()
+        return self._inner.query(namespace, vectors, n)
+
+    def ids(self, namespace: str) -> set[str]:
+        self._apply()
+        return self._inner.ids(namespace)
+
+    def vectors(self, namespace: str, ids: Sequence[str]) -> dict[str, Any]:
+        self._apply()
+        return self._inner.vectors(namespace, ids)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+
+class IndexBatch:
+    """One handle's index writes waiting in the outbox (durably) until
+    ``write.index_batch`` of them are pending, then applied as one with any other's.
+    Work left there by a failed index write waits for the next batch or open."""
+
+    def __init__(self, store: SqlStore, index: VectorIndex, namespace: str, size: int, fault: FaultHook) -> None:
+        self._store, self._index, self._namespace, self._size, self._fault = store, index, namespace, size, fault
+        #: This handle's index writes waiting for their batch.
+        self.waiting = 0
+
+    def add(self, writes: int = 1) -> None:
+        """After a mutation: ``writes`` more wait; the batch is applied once full."""
+        self.waiting += writes
+        if self.waiting >= self._size:
+            self.apply()
+
+    def apply(self, *, force: bool = False) -> None:
+        """When this handle has index writes waiting (or ``force``), apply every index
+        write waiting in the outbox."""
+        if self.waiting or force:
+            self.waiting = 0
+            drain_outbox(self._store, self._index, self._namespace, self._fault)
+
+
+__all__: Sequence[str] = ["AppliedFirst", "IndexBatch", "corrupt_log_entries", "drain_outbox", "nearest", "reindex", "repair", "verify"]

@@ -27,6 +27,7 @@ import session_embedder  # noqa: E402
 
 from hybrid_memory import Config, MemoryTree, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.store.sql import SqlStore  # noqa: E402
+from hybrid_memory.testing import Faults  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -198,7 +199,8 @@ OpenMemory = Callable[..., MemoryTree]
 def open_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder, clock: Clock, stores: Stores) -> Iterator[OpenMemory]:
     """open_memory(namespace="t", folder=None, **overrides) -> MemoryTree in a temp folder,
     on the test's backend (SQLite file in the folder, or a PostgreSQL schema).
-    ``embedder_`` replaces the session's real embedder (a wrapper around it, say).
+    ``embedder_`` replaces the session's real embedder (a wrapper around it, say);
+    ``faults`` (a ``hybrid_memory.testing.Faults``) and ``index`` go to ``MemoryTree.open``.
 
     Config overrides are given as nested dicts (e.g. dedup={"enabled": False}).
     Everything opened is closed at the end of the test.
@@ -206,11 +208,13 @@ def open_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder, clock: Cl
     opened: list[MemoryTree] = []
 
     def _open(namespace: str = "t", folder: Path | None = None, session: str = "main",
-              embedder_: Any = None, **overrides: Any) -> MemoryTree:
+              embedder_: Any = None, faults: Faults | None = None, index: Any = None,
+              **overrides: Any) -> MemoryTree:
         config = Config.load(overrides=overrides) if overrides else Config.load()
         mem = stores.open(
             folder or tmp_path / "mem", namespace=namespace, session=session,
             config=config, embedder=embedder if embedder_ is None else embedder_, clock=clock,
+            faults=faults, index=index,
         )
         opened.append(mem)
         return mem

@@ -71,7 +71,7 @@ KEYWORD_OPTIONS = {
     "rewind": ([], ["seq", "as_of"]),  # portability: time travel
     "export": (["path"], ["include_log"]),  # portability
     "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
-                       "key", "role", "actor"]),
+                       "key", "role", "actor", "faults"]),
     "erase": (["node"], ["compact"]),
     "erase_namespace": ([], ["compact"]),
 }

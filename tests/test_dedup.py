@@ -280,9 +280,9 @@ _VOCAB = [f"w{i}" for i in range(12)] + ["发票", "票已", "酒店"]
 def test_the_batch_index_offers_every_row_the_lexical_gate_passes_in_written_order(
     sets: list[set[str]], keys: list[str], threshold: float
 ) -> None:
-    from hybrid_memory.writing import _Earlier
+    from hybrid_memory.dedup import Earlier
 
-    index = _Earlier(sets, threshold)
+    index = Earlier(sets, threshold)
     rows: list[tuple[tuple[str, str], dict[str, Any]]] = []
     for i, terms in enumerate(sets):
         key = (keys[i], "event")
@@ -341,9 +341,9 @@ def test_the_twin_of_its_own_branch_is_found_behind_closer_copies_elsewhere(
 
 
 def test_a_branch_too_large_to_score_whole_asks_the_vector_index(open_memory: Any, monkeypatch: Any) -> None:
-    """Past writing.SCAN_LIMIT memories of a type in a branch, the twin comes from the
+    """Past batch_reads.SCAN_LIMIT memories of a type in a branch, the twin comes from the
     index's nearest neighbours (waiting index writes included), one query a batch."""
-    from hybrid_memory import writing
+    from hybrid_memory import batch_reads, writing
 
     mem = open_memory()
     task = mem.add("Keep the on-call log", type="task", parent=ROOT)
@@ -362,7 +362,7 @@ def test_a_branch_too_large_to_score_whole_asks_the_vector_index(open_memory: An
         return out
 
     monkeypatch.setattr(type(mem.store.nodes), "branch_vectors", spy)
-    monkeypatch.setattr(writing, "SCAN_LIMIT", 2)
+    monkeypatch.setattr(batch_reads, "SCAN_LIMIT", 2)
     asked: list[int] = []
     nearest = writing.Writer.dedup_candidates
     monkeypatch.setattr(writing.Writer, "dedup_candidates",

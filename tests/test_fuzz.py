@@ -60,15 +60,15 @@ from hybrid_memory import (
     SqlStore,
     errors,
 )
+from hybrid_memory.batch_reads import SCAN_LIMIT
 from hybrid_memory.cli import main as cli_main
-from hybrid_memory.writing import SCAN_LIMIT
 
 NOW = 1_750_000_000.0
 EXAMPLES = int(os.environ.get("HYBRID_MEMORY_FUZZ_EXAMPLES", "40"))
 #: A call still running after this is a real hang: every stack is dumped and the run ends.
 KILL_AFTER_S = 600.0
 DEEP = 10_000
-#: Children under one hub: past writing.SCAN_LIMIT (a branch's memories of a type that
+#: Children under one hub: past batch_reads.SCAN_LIMIT (a branch's memories of a type that
 #: dedup scores exactly; wider, it asks the vector index) and past the 500 ids a
 #: statement binds at once, which are the widths where the paths change.
 WIDE = 3_000

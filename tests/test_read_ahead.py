@@ -1,6 +1,6 @@
 """A small write embeds on a worker thread while its transaction reads, and a single
 add whose twin question the words settle is written before its vector arrives
-(``tree.READ_AHEAD_ITEMS``, ``Writer._read_ahead``, ``Writer._settled_by_words``).
+(``embedding_worker.READ_AHEAD_ITEMS``, ``Writer._read_ahead``, ``Writer._settled_by_words``).
 None of that may change what is written: the same merges, the real embeddings,
 nothing left behind by a failed embedding. Real model, SQLite and PostgreSQL."""
 
@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_memory import ROOT, MemoryTree, context, tree
+from hybrid_memory import ROOT, MemoryTree, context
+from hybrid_memory.embedding_worker import READ_AHEAD_ITEMS
+from hybrid_memory.testing import Faults
 
 
 class Spy:
@@ -171,12 +173,12 @@ def test_small_writes_embed_on_the_worker_and_close_stops_it(open_memory, embedd
     mem = open_memory(embedder_=spy)
     mem.add("Plan the offsite", type="task", parent=ROOT)
     calls = len(spy.threads)
-    mem.add_many([{"content": f"Offsite detail number {i}.", "type": "fact"} for i in range(tree.READ_AHEAD_ITEMS)])
-    mem.add_many([{"content": f"Agenda line number {i}.", "type": "event"} for i in range(tree.READ_AHEAD_ITEMS + 1)])
+    mem.add_many([{"content": f"Offsite detail number {i}.", "type": "fact"} for i in range(READ_AHEAD_ITEMS)])
+    mem.add_many([{"content": f"Agenda line number {i}.", "type": "event"} for i in range(READ_AHEAD_ITEMS + 1)])
     worker, caller = spy.threads[calls:]
     assert worker.name.startswith("hybrid-memory-embed") and worker is not threading.current_thread()
     assert caller is threading.current_thread()  # a larger batch embeds before its transaction
-    assert len(mem.nodes()) == 2 * tree.READ_AHEAD_ITEMS + 2
+    assert len(mem.nodes()) == 2 * READ_AHEAD_ITEMS + 2
     mem.close()
     assert not worker.is_alive()
 
@@ -318,14 +320,15 @@ def only_new(mem: MemoryTree, before: set[str]) -> str:
 def test_a_crash_between_the_two_commits_leaves_the_memory_and_the_next_open_embeds_it(
         open_memory, embedder, tmp_path, content, question):
     folder = tmp_path / "crash"
-    mem = open_memory(folder=folder)
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults)
     mem.add("Plan the offsite", type="task", parent=ROOT)
     mem.add("The offsite is in the first week of May.", type="fact")
     before = {n.id for n in mem.nodes()}
-    mem._fault_hook = crash_before_vector
+    faults.hook = crash_before_vector
     with pytest.raises(Crash):
         mem.add(content, type="fact")
-    mem._fault_hook = None
+    faults.hook = None
     new = only_new(mem, before)
     # Committed (the memory is the truth), without its vector yet.
     assert mem.get(new).content == content
@@ -352,15 +355,16 @@ def test_a_reader_during_the_window_finds_the_memory_by_its_words(open_memory, t
     repair all go on."""
     from hybrid_memory.recovery import drain_outbox
 
-    mem = open_memory(folder=tmp_path / "window")
+    faults = Faults()
+    mem = open_memory(folder=tmp_path / "window", faults=faults)
     mem.add("Plan the offsite", type="task", parent=ROOT)
     mem.add("The offsite is in the first week of May.", type="fact")
     before = {n.id for n in mem.nodes()}
     # The window itself, held open: a node with the empty blob and its EMBED row.
-    mem._fault_hook = crash_before_vector
+    faults.hook = crash_before_vector
     with pytest.raises(Crash):
         mem.add("The venue has a projector and two microphones.", type="fact")
-    mem._fault_hook = None
+    faults.hook = None
     held = only_new(mem, before)
     drain_outbox(mem.store, mem._index, mem.namespace)
     assert outbox_actions(mem, held) == ["embed"]
@@ -382,17 +386,18 @@ def test_a_reader_during_the_window_finds_the_memory_by_its_words(open_memory, t
 
 def test_the_vector_commit_never_overwrites_an_update(open_memory, embedder):
     """An update that re-embedded the content between the two commits keeps its vector."""
-    mem = open_memory()
+    faults = Faults()
+    mem = open_memory(faults=faults)
     mem.add("Plan the offsite", type="task", parent=ROOT)
     before = {n.id for n in mem.nodes()}
     changed = "The offsite budget was raised to 12,000 euros."
 
     def update_first(point: str) -> None:
         if point == "before_vector":
-            mem._fault_hook = None
+            faults.hook = None
             mem.update(only_new(mem, before), content=changed)
 
-    mem._fault_hook = update_first
+    faults.hook = update_first
     node = mem.add("The offsite budget is 9,000 euros.", type="fact")
     assert mem.get(node.id).content == changed
     np.testing.assert_allclose(stored(mem, [node.id])[node.id], under_task(embedder, changed), atol=1e-5)

@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 
 from hybrid_memory import ROOT, ConflictError, MemoryTree
 from hybrid_memory.store.schema import oplog
+from hybrid_memory.testing import Faults
 
 
 class Crash(Exception):
@@ -47,9 +48,10 @@ def reopen(open_memory: Any, folder: Path) -> MemoryTree:
 
 @pytest.mark.parametrize("point", ["before_index", "after_index"])
 def test_a_crash_around_the_index_write_is_healed_at_the_next_open(open_memory, folder, point):
-    mem = open_memory(folder=folder, write={"index_batch": 1})  # the index write follows every commit
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults, write={"index_batch": 1})  # the index write follows every commit
     task = mem.add("Expense claim for Zhang San", type="task")
-    mem._fault_hook = crash_at(point)
+    faults.hook = crash_at(point)
     with pytest.raises(Crash):
         mem.add("Finance returned the claim: the invoice is unreadable", type="event", parent=task)
     # The relational commit happened: the node is the truth, the index lags.
@@ -72,7 +74,8 @@ def test_a_crash_around_the_index_write_is_healed_at_the_next_open(open_memory, 
 
 
 def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
-    mem = open_memory(folder=folder)
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults)
     task = mem.add("服务器迁移任务", type="task")
     before = (live_ids(mem), mem.index.ids(mem.namespace), mem.stats().log_seq)
     calls = []
@@ -83,7 +86,7 @@ def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
             if len(calls) == 2:
                 raise Crash(at)
 
-    mem._fault_hook = hook
+    faults.hook = hook
     with pytest.raises(Crash):
         mem.add_many([
             {"content": "迁移窗口定在周六凌晨两点", "type": "decision", "parent": task},
@@ -91,23 +94,24 @@ def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
             {"content": "演练已完成", "type": "state", "parent": task},
         ])
     assert (live_ids(mem), mem.index.ids(mem.namespace), mem.stats().log_seq) == before
-    mem._fault_hook = None
+    faults.hook = None
     assert mem.verify().clean
 
 
 def test_verify_finds_each_kind_of_drift_and_repair_fixes_it(open_memory, folder):
-    mem = open_memory(folder=folder, write={"index_batch": 1})
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults, write={"index_batch": 1})
     task = mem.add("Travel booking for the Berlin trip", type="task")
     hotel = mem.add("Hotel booked near the station", type="fact")
     flight = mem.add("Flight leaves at 07:40", type="fact")
-    mem._fault_hook = crash_at("before_index")
+    faults.hook = crash_at("before_index")
     with pytest.raises(Crash):
         mem.update(hotel, content="Hotel moved to the old town")  # index keeps the old vector
     with pytest.raises(Crash):
         mem.archive(flight)  # index keeps a vector of an archived node
     with pytest.raises(Crash):
         mem.add("Taxi ordered for 06:00", type="event")  # index lacks a live node
-    mem._fault_hook = None
+    faults.hook = None
     taxi = next(n for n in mem.nodes() if n.content.startswith("Taxi"))
     drift = mem.verify()
     assert drift.stale == (hotel.id,)

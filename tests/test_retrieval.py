@@ -8,12 +8,23 @@ what the query is about, not by one common word.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
 
-from hybrid_memory import ROOT, MemoryTree, NamespaceError, Recall, ScoredNode, context, text
+from hybrid_memory import (
+    ROOT,
+    ChromaIndex,
+    Config,
+    MemoryTree,
+    NamespaceError,
+    Recall,
+    ScoredNode,
+    context,
+    text,
+)
 from hybrid_memory.retrieval import branch_factor
 from hybrid_memory.retrieval.query import QueryWords
 from hybrid_memory.retrieval.rank import (
@@ -22,6 +33,7 @@ from hybrid_memory.retrieval.rank import (
     STANDING_MIN_WEIGHT,
     STANDING_TYPES,
 )
+from hybrid_memory.testing import Faults
 
 # Gold assertions use a k below the branch sizes (5-8 memories + the task), so that
 # "the needed memory is returned" means it ranked among the best few, not that the
@@ -253,7 +265,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
         for name in ("similarity", "weight", "score"):
             value = getattr(s, name)
             assert 0.0 <= value <= 1.0, f"{name}={value} out of [0, 1] for {s.node.id}"
-        if s.node.id in mem._pending_access:
+        if s.node.id in mem._reads.pending:
             # This very retrieval's read is buffered now: reads only ever raise a weight.
             assert s.weight <= mem.weight(s.node, now) + 1e-9
         else:
@@ -1326,17 +1338,40 @@ def test_a_query_vector_the_embedder_holds_is_taken_as_it_is(open_memory: Any, e
     assert [(s.node.id, s.score) for s in taken.nodes] == [(s.node.id, s.score) for s in embedded.nodes]
 
 
+class BreakableIndex:
+    """A Chroma index whose searches fail once ``broken`` is set (the index gone)."""
+
+    def __init__(self, inner: ChromaIndex) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _gone(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the index is gone")
+
+    def query(self, namespace: str, vectors: Any, n: int) -> Any:
+        return self._gone() if self.broken else self.inner.query(namespace, vectors, n)
+
+    def searcher(self, namespace: str, n: int) -> Any:
+        return self._gone if self.broken else self.inner.searcher(namespace, n)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 @pytest.mark.parametrize(("title", "fact", "question"), [
     ("Refund INV-7 for Contoso", "Contoso's refund for INV-7 was approved on Monday.", "Was the INV-7 refund approved?"),
     ("出差 TRV-88 去里斯本", "TRV-88 的酒店是里斯本的 Avenida Palace。", "TRV-88 住哪家酒店？"),
 ], ids=["en", "zh"])
 def test_the_lexical_channel_runs_beside_the_vector_search(open_memory: Any, caplog: pytest.LogCaptureFixture,
-                                                            title: str, fact: str, question: str) -> None:
+                                                            tmp_path: Path, title: str, fact: str,
+                                                            question: str) -> None:
     """The lexical channel reads on a thread of the handle's own while the index is
     asked: the index's answer is the same as asking it alone, its failure still
     leaves the lexical answer (with a warning), and an embedding failure is the
     embedder's error, not taken for the index's."""
-    mem = open_memory(**NO_FLUSH)
+    faults = Faults()
+    index = BreakableIndex(ChromaIndex(tmp_path / "mem" / "chroma", graphs=Config.load().accel.in_memory_vectors))
+    mem = open_memory(folder=tmp_path / "mem", faults=faults, index=index, **NO_FLUSH)
     task = mem.add(title, type="task", parent=ROOT)
     kept = mem.add(fact, type="fact", parent=task.id)
     mem.add("Book a table for the team dinner", type="task", parent=ROOT)
@@ -1350,13 +1385,9 @@ def test_the_lexical_channel_runs_beside_the_vector_search(open_memory: Any, cap
             above = tuple(n.content for n in mem.path(s.node)[:-1])
             want = context.embed(mem.embedder, [(s.node.content, above)])[0]
             assert dense[s.node.id] == pytest.approx(float(want @ qvec), abs=1e-5)
-    assert mem._retriever._query_thread is not None  # (the lexical channel did run on the query thread)
-
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the index is gone")
-
-    mem._index.query = broken  # type: ignore[method-assign]
-    mem._index.searcher = lambda namespace, n: broken  # type: ignore[attr-defined]
+    assert faults.retriever is not None
+    assert faults.retriever.query_thread is not None  # (the lexical channel did run on the query thread)
+    index.broken = True
     with caplog.at_level("WARNING", logger="hybrid_memory"):
         lexical_only = mem.retrieve(question, k=3, reinforce=False)
     assert kept.id in {s.node.id for s in lexical_only.nodes}
@@ -1374,12 +1405,14 @@ def test_the_lexical_channel_runs_beside_the_vector_search(open_memory: Any, cap
                 raise ValueError("the model could not be run")
             return self.inner.embed(texts)
 
-    other = open_memory(namespace="u", folder=mem.folder, embedder_=FailingEmbedder(mem.embedder))
+    other_faults = Faults()
+    other = open_memory(namespace="u", folder=mem.folder, embedder_=FailingEmbedder(mem.embedder), faults=other_faults)
     other.add(title, type="task", parent=ROOT)
     caplog.clear()
     with pytest.raises(ValueError, match="could not be run"):
         other.retrieve(question, k=3)
     assert "vector index unavailable" not in caplog.text
     other.close()
+    assert other_faults.retriever is not None
     with pytest.raises(Exception, match="closed"):
-        other._retriever._beside(lambda: None)
+        other_faults.retriever.beside(lambda: None)

@@ -20,6 +20,7 @@ import pytest
 from hybrid_memory import ROOT, Config, MemoryTree
 from hybrid_memory.accel.rowcache import RowCache
 from hybrid_memory.errors import ConfigError
+from hybrid_memory.testing import Faults
 
 
 @pytest.fixture
@@ -45,6 +46,12 @@ TEXTS = {
 }
 
 
+def _rows(faults: Faults) -> RowCache | None:
+    """The row cache of the handle opened with ``faults``."""
+    assert faults.retriever is not None
+    return faults.retriever.rows
+
+
 def _answer(mem: MemoryTree, q: str) -> list[tuple[str, str, str, float, float]]:
     recall = mem.retrieve(q, reinforce=False)
     return [(s.node.id, s.node.content, s.reason, round(s.score, 12), round(s.weight, 12)) for s in recall.nodes]
@@ -58,9 +65,10 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
     t = TEXTS[lang]
     folder = tmp_path / "mem"
     # (no active-task prior: the two handles are two sessions, each with its own focus)
-    kept = open_memory(folder=folder, dedup={"enabled": False}, usage={"flush_every": 1},
+    kept_faults, plain_faults = Faults(), Faults()
+    kept = open_memory(folder=folder, faults=kept_faults, dedup={"enabled": False}, usage={"flush_every": 1},
                        retrieval={"active_prior": 0.0})
-    plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
+    plain = open_memory(folder=folder, session="plain", faults=plain_faults, dedup={"enabled": False},
                         accel={"row_cache": 0}, retrieval={"active_prior": 0.0}, usage={"flush_every": 1})
     heads = [kept.add(x, type="task", parent=ROOT) for x in t["tasks"]]
     notes = []
@@ -82,7 +90,7 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
         write()
         for q in t["queries"]:
             assert _answer(kept, q) == _answer(plain, q)
-    cache = kept._retriever.rows
+    cache = _rows(kept_faults)
     if kept.store.is_sqlite:
         assert cache is not None and cache.hits > 0 and cache.position > 0
         assert notes[3].id not in cache._rows  # deleted: dropped
@@ -91,18 +99,19 @@ def test_retrieval_answers_the_same_with_the_cache(open_memory: Any, tmp_path: P
         assert t["changed"] in {c for _, c, *_ in _answer(kept, t["queries"][0])}
     else:  # PostgreSQL keeps no change table: the store answers
         assert cache is None
-    assert plain._retriever.rows is None
+    assert _rows(plain_faults) is None
 
 
 def test_a_change_by_any_code_reaches_the_next_query(open_memory: Any, sqlite_only: None) -> None:
     """The triggers note an UPDATE and a DELETE run outside the library (raw SQL
     in another connection): the next query drops those rows."""
-    mem = open_memory(dedup={"enabled": False})
+    faults = Faults()
+    mem = open_memory(dedup={"enabled": False}, faults=faults)
     task = mem.add("Ticket TKT-90: printer will not connect", type="task", parent=ROOT)
     note = mem.add("The printer driver was reinstalled", type="fact", parent=task)
     other = mem.add("The printer cable was replaced", type="fact", parent=task)
     mem.retrieve("Was the printer driver reinstalled?", reinforce=False)
-    cache = mem._retriever.rows
+    cache = _rows(faults)
     assert cache is not None and note.id in cache._rows and other.id in cache._rows
     before = cache.position
     db = mem.store.file
@@ -169,23 +178,25 @@ def test_a_node_handed_out_shares_nothing_with_the_cache(open_memory: Any, sqlit
 def test_the_setting_is_checked_and_postgresql_keeps_no_cache(stores: Any, open_memory: Any) -> None:
     with pytest.raises(ConfigError, match="row_cache"):
         Config.load(overrides={"accel": {"row_cache": -1}})
-    mem = open_memory()
+    faults = Faults()
+    mem = open_memory(faults=faults)
     if stores.is_sqlite:
-        assert isinstance(mem._retriever.rows, RowCache)
+        assert isinstance(_rows(faults), RowCache)
         with pytest.raises(ValueError, match="at least one"):
             RowCache(mem.store, mem.namespace, 0)
     else:
-        assert mem._retriever.rows is None
+        assert _rows(faults) is None
         with pytest.raises(ValueError, match="SQLite"):
             RowCache(mem.store, mem.namespace, 10)
 
 
 def test_an_erasure_leaves_nothing_in_the_cache(open_memory: Any, sqlite_only: None) -> None:
-    mem = open_memory(dedup={"enabled": False})
+    faults = Faults()
+    mem = open_memory(dedup={"enabled": False}, faults=faults)
     task = mem.add("报销单 EXP-31：上海出差的酒店发票", type="task", parent=ROOT)
     mem.add("酒店发票金额是八百元", type="fact", parent=task)
     mem.retrieve("酒店发票金额是多少？", reinforce=False)
-    cache = mem._retriever.rows
+    cache = _rows(faults)
     assert cache is not None and len(cache) > 0
     mem.erase(task, compact=False)
     assert len(cache) == 0
@@ -226,12 +237,13 @@ def test_an_erased_namespace_leaves_one_mark_and_every_cache_drops_its_rows(open
     without a node id; another handle's cache then drops every row it kept."""
     folder = tmp_path / "mem"
     mem = open_memory(folder=folder, dedup={"enabled": False})
-    other = open_memory(folder=folder, session="other", dedup={"enabled": False})
+    faults = Faults()
+    other = open_memory(folder=folder, session="other", dedup={"enabled": False}, faults=faults)
     task = mem.add("报销单 EXP-31：上海出差的酒店发票", type="task", parent=ROOT)
     mem.add("酒店发票金额是八百元", type="fact", parent=task)
     mem.add("Finance asked for the taxi receipt too", type="fact", parent=task)
     assert other.retrieve("酒店发票金额是多少？", reinforce=False).nodes
-    cache = other._retriever.rows
+    cache = _rows(faults)
     assert cache is not None and len(cache) > 0
     mem.erase_namespace(compact=False)
     with mem.store.reading() as conn:

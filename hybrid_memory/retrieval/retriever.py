@@ -99,6 +99,15 @@ class Retriever:
 
     # -- with a query ------------------------------------------------------------
 
+    def recall(self, query: str | None, *, k: int, budget: int, branches: int, now: float) -> Recall:
+        """:meth:`search` for ``query``; with none, the :meth:`active_context` of the
+        session's active node."""
+        if query is not None:
+            return self.search(query, k=k, budget=budget, branches=branches, now=now)
+        with self.store.reading() as conn:
+            active = self.store.sessions.get_cursor(conn, self.namespace, self.session) if self.session else None
+        return self.active_context(active, k=k, budget=budget, now=now)
+
     def search(self, query: str, *, k: int, budget: int, branches: int, now: float) -> Recall:
         """The recall of ``query``: the stages run in one read transaction, each noted."""
         r, size = self.config.retrieval, self.config.write.passage_tokens
@@ -172,7 +181,7 @@ class Retriever:
         # The lexical channel runs on the handle's query thread while this one
         # waits for the query's vector and asks the index, whose search gives up
         # the interpreter lock (the graph's, for about a millisecond at 100k).
-        channel = self._beside(lexical_channel)
+        channel = self.beside(lexical_channel)
         try:
             qvec = vector()[0]  # (an embedding failure raises here, not as the index's)
             try:
@@ -217,8 +226,15 @@ class Retriever:
             return fail
         return prepared
 
-    def _beside(self, fn: Callable[[], _T_]) -> Future[_T_]:
-        """Run ``fn`` on this retriever's query thread (made by the first query)."""
+    @property
+    def query_thread(self) -> ThreadPoolExecutor | None:
+        """The thread each query's lexical channel runs on (None until the first query
+        made it, and once the retriever is closed)."""
+        return self._query_thread
+
+    def beside(self, fn: Callable[[], _T_]) -> Future[_T_]:
+        """Run ``fn`` on this retriever's query thread (made by the first query);
+        :class:`ClosedError` once the retriever is closed."""
         with self._lock:
             if self._stop.is_set():
                 raise ClosedError("this MemoryTree is closed")
