@@ -1,12 +1,13 @@
 """A memory's vector reads it in its place in the tree.
 
-The vector a memory is stored and searched with is the unit mean of two
-embeddings: its content alone, and its content read after its ancestors'
-contents ("Trip to Berlin > Book the hotel : moved to Thursday"). The first keeps
-what the memory says; the second where it stands, so that a detail is found
-through the task it belongs to. A memory with no ancestor is stored with its
-content's embedding alone. (Why the mean and not the path alone: eval/CHANGES.md,
-2026-12-06.)
+The vector a memory is stored and searched with is the unit sum of two
+embeddings: its content's, and half its path's (its ancestors' contents, root first:
+"Trip to Berlin > Book the hotel"). The first keeps what the memory says; the
+second where it stands, so that a detail ("moved to Thursday") is found through the
+task it belongs to. A memory with no ancestor is stored with its content's
+embedding alone. The memories under one task share its path, so
+:class:`PathVectors` keeps each path's embedding by its text and a single add
+embeds its content alone. (Why this sum and weight: eval/CHANGES.md, 2026-12-06.)
 
 Its ancestors are part of what a vector says: when one of them is renamed (an
 update of its content) or a subtree moves, the vectors below were read with a path
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -37,11 +40,18 @@ log = logging.getLogger("hybrid_memory")
 
 #: Names how stored vectors are made. A namespace whose vectors were made otherwise
 #: (by a version that embedded the content alone) is read again when it is opened.
-VECTORS_VERSION: Final = "context-1"
+VECTORS_VERSION: Final = "path-1"
 
-#: Ancestors' contents and a node's own content, as the second text reads them.
+#: How much the path's embedding counts against the content's (1: as much).
+#: Measured at 1 and 0.5 on every dev source (eval/CHANGES.md, 2026-12-06 third
+#: session): at 1 the path drowned what long chat turns say (LongMemEval -0.019).
+PATH_WEIGHT: Final = 0.5
+
+#: Joins the ancestors' contents in a path's text.
 _ABOVE: Final = " > "
-_HERE: Final = " : "
+
+#: Path vectors a handle keeps (a few kilobytes each).
+_PATHS_KEPT: Final = 4096
 
 #: Nodes read again per transaction.
 _CHUNK: Final = 256
@@ -50,38 +60,75 @@ _CHUNK: Final = 256
 Path = tuple[str, ...]
 
 
-def in_context(ancestors: Path, content: str) -> str:
-    """The text a memory's second embedding reads: its ancestors' contents, then its own."""
-    return _ABOVE.join(ancestors) + _HERE + content
+class PathVectors:
+    """The embeddings of paths already read, by their text: the memories under one
+    task share its path, so a single add embeds its content alone. Bounded; the
+    least recently used go first. Safe to share between threads."""
+
+    def __init__(self, size: int = _PATHS_KEPT) -> None:
+        self._size = size
+        self._held: OrderedDict[str, np.ndarray[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, keys: Iterable[str]) -> dict[str, np.ndarray[Any, Any]]:
+        """The held vectors of ``keys`` (those not held are left out)."""
+        with self._lock:
+            found = {k: self._held[k] for k in keys if k in self._held}
+            for k in found:
+                self._held.move_to_end(k)
+            return found
+
+    def put(self, vectors: Mapping[str, np.ndarray[Any, Any]]) -> None:
+        """Hold ``vectors``, dropping the least recently used past the bound."""
+        with self._lock:
+            for k, v in vectors.items():
+                self._held[k] = v
+                self._held.move_to_end(k)
+            while len(self._held) > self._size:
+                self._held.popitem(last=False)
 
 
-def plan(items: Sequence[tuple[str, Path]]) -> tuple[list[str], Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
+def path_text(ancestors: Path) -> str:
+    """The text a path is embedded as: its contents, root first."""
+    return _ABOVE.join(ancestors)
+
+
+def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None
+         ) -> tuple[list[str], Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
     """The texts to embed for ``items`` (each a content and its ancestors' contents),
     and the function that turns their embeddings into the items' stored vectors.
 
-    The contents come first, then the texts in context of the items that have
-    ancestors; one embedder call takes them all."""
-    texts = [content for content, _ in items]
-    placed = [i for i, (_, above) in enumerate(items) if above]
-    texts += [in_context(items[i][1], items[i][0]) for i in placed]
+    The texts are the contents, then each distinct path not in ``held``; one
+    embedder call takes them all, and ``combine`` puts the new paths in ``held``."""
     n = len(items)
+    keys = {path_text(above) for _, above in items if above}
+    known = held.get(keys) if held is not None else {}
+    fresh = sorted(keys - known.keys())
+    texts = [content for content, _ in items] + fresh
 
     def combine(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        out = np.array(vectors[:n], dtype=np.float32, copy=True)
-        if placed:
-            mean = out[placed] + np.asarray(vectors[n:], dtype=np.float32)
-            norms = np.linalg.norm(mean, axis=1, keepdims=True)
-            out[placed] = mean / np.where(norms > 0, norms, 1.0)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        out = np.array(vectors[:n], copy=True)
+        if not keys:
+            return out
+        read = dict(known, **{k: vectors[n + j] for j, k in enumerate(fresh)})
+        if held is not None:
+            held.put({k: read[k] for k in fresh})
+        placed = [i for i, (_, above) in enumerate(items) if above]
+        mean = out[placed] + PATH_WEIGHT * np.stack([read[path_text(items[i][1])] for i in placed])
+        norms = np.linalg.norm(mean, axis=1, keepdims=True)
+        out[placed] = mean / np.where(norms > 0, norms, 1.0)
         return out
 
     return texts, combine
 
 
-def embed(embedder: Embedder, items: Sequence[tuple[str, Path]]) -> np.ndarray[Any, Any]:
+def embed(embedder: Embedder, items: Sequence[tuple[str, Path]], held: PathVectors | None = None
+          ) -> np.ndarray[Any, Any]:
     """The stored vectors of ``items`` (see :func:`plan`)."""
     if not items:
         return np.zeros((0, embedder.dim), dtype=np.float32)
-    texts, combine = plan(items)
+    texts, combine = plan(items, held)
     return combine(embedder.embed(texts))
 
 
@@ -149,7 +196,7 @@ def check_version(store: SqlStore, namespace: str) -> int:
     return marked
 
 
-def refresh(store: SqlStore, embedder: Embedder, namespace: str) -> int:
+def refresh(store: SqlStore, embedder: Embedder, namespace: str, held: PathVectors | None = None) -> int:
     """Read again, with its current path, the vector of every node marked
     :data:`CONTEXT`; how many vectors were replaced. Each chunk is one transaction
     that stores the new vectors, enqueues their index upserts and clears the marks it
@@ -170,7 +217,7 @@ def refresh(store: SqlStore, embedder: Embedder, namespace: str) -> int:
                 rows = store.nodes.get_many(conn, sorted({i for _, i in marks}))
                 above = ancestors(store, conn, [r.path for r in rows.values()])
             ids = sorted(rows)
-            vectors = embed(embedder, [(rows[i].content, above[rows[i].path]) for i in ids])
+            vectors = embed(embedder, [(rows[i].content, above[rows[i].path]) for i in ids], held)
             done += store.write(functools.partial(_replace, store, namespace=namespace, rows=rows, ids=ids,
                                                   vectors=vectors, seqs=[s for s, _ in marks]))
             bar.update(len(marks))

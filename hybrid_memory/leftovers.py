@@ -33,10 +33,11 @@ class Leftovers:
     reported ("" when it succeeded)."""
 
     def __init__(self, store: SqlStore, index: VectorIndex, embedder: Embedder, config: Config, namespace: str,
-                 worker: EmbeddingWorker) -> None:
+                 worker: EmbeddingWorker, paths: context.PathVectors) -> None:
         self.store, self.index, self.embedder, self.config = store, index, embedder, config
         self.namespace = namespace
         self._worker = worker
+        self._paths = paths
         self.unembedded = ""
         self.out_of_context = ""
         self.uncut = ""
@@ -65,7 +66,7 @@ class Leftovers:
             return ""
         ids = list(rows)
         try:
-            vectors = context.embed(self.embedder, [(rows[i].content, above[rows[i].path]) for i in ids])
+            vectors = context.embed(self.embedder, [(rows[i].content, above[rows[i].path]) for i in ids], self._paths)
         except Exception as exc:  # the memories are there, found by their words: open anyway
             if strict:
                 raise
@@ -80,7 +81,7 @@ class Leftovers:
         """Read again the vectors whose path changed before a crash (or since an earlier
         version made them). Returns the problem to report when the embedder fails."""
         try:
-            context.refresh(self.store, self.embedder, self.namespace)
+            context.refresh(self.store, self.embedder, self.namespace, self._paths)
         except Exception as exc:  # each keeps its earlier vector meanwhile
             return f"vectors wait to be read again with their changed path (the embedder failed: {exc})"
         return ""
@@ -91,7 +92,7 @@ class Leftovers:
         not the caller's (its change is committed): the marked nodes keep their
         vectors, ``verify()`` lists them, and the next open or repair reads them."""
         try:
-            return context.refresh(self.store, self.embedder, self.namespace)
+            return context.refresh(self.store, self.embedder, self.namespace, self._paths)
         except Exception as exc:
             log.warning("vectors below a changed path wait to be read again (%s): reopen or repair", exc)
             return 0

@@ -77,6 +77,7 @@ class MemoryTree:
         #: Test hook (hybrid_memory.testing): called at named points of the write path.
         self._faults = faults
         self._worker = EmbeddingWorker(embedder, self.config)
+        self._paths = context.PathVectors()  # the paths this handle embedded, by their text
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace, session=self.session,
                                     pending=lambda: self._reads.pending, embed_later=self._worker.later)
         self._writer = Writer(store=store, index=index, embedder=embedder, config=self.config,
@@ -87,7 +88,7 @@ class MemoryTree:
         if faults is not None:
             faults.attach(self._retriever)
         opening.check_stored(store, self.config, self.namespace, self.session, embedder, clock)
-        self._left = Leftovers(store, index, embedder, self.config, self.namespace, self._worker)
+        self._left = Leftovers(store, index, embedder, self.config, self.namespace, self._worker, self._paths)
         self._left.heal()  # what a crash left
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._left.problems()
@@ -248,7 +249,7 @@ class MemoryTree:
         if not prepared:
             return []
         paths = self._writer.paths(prepared)
-        texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)])
+        texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)], self._paths)
         vectors = self._worker.vectors(texts, combine, len(prepared))
         written = self._reads.write_with(lambda conn: self._writer.write_batch(conn, prepared, vectors, paths))
         self._writer.settle(written)  # the vectors of what was committed before them
@@ -283,7 +284,7 @@ class MemoryTree:
         vec, above = None, context.Path()
         if "content" in values:
             above = self._editor.above(node)
-            vec = context.embed(self.embedder, [(values["content"], above)])[0]
+            vec = context.embed(self.embedder, [(values["content"], above)], self._paths)[0]
         done = self._reads.write_with(lambda conn: self._editor.update(
             conn, node, values, now=now, expected_version=expected_version, vec=vec, above=above))
         if done.vector_left:

@@ -54,13 +54,13 @@ class Failing:
         return float(self.inner.coverage(text))
 
 
-def test_a_vector_is_the_mean_of_the_content_and_the_content_read_under_its_ancestors(open_memory, case):
+def test_a_vector_is_the_content_with_its_ancestors_path_added(open_memory, case):
     mem = open_memory()
     trip = mem.add(case["trip"], type="task", parent=ROOT)
     step = mem.add(case["step"], type="task", parent=trip)
     detail = mem.add(case["detail"], type="event", parent=step)
-    alone, placed = mem.embedder.embed([case["detail"], f"{case['trip']} > {case['step']} : {case['detail']}"])
-    want = (alone + placed) / np.linalg.norm(alone + placed)
+    alone, placed = mem.embedder.embed([case["detail"], f"{case['trip']} > {case['step']}"])
+    want = (alone + context.PATH_WEIGHT * placed) / np.linalg.norm(alone + context.PATH_WEIGHT * placed)
     np.testing.assert_allclose(stored(mem, detail.id), want, atol=1e-5)
     np.testing.assert_allclose(stored(mem, trip.id), mem.embedder.embed([case["trip"]])[0], atol=1e-5)  # a root: itself
     # A batch reads each item under the earlier items it names, as single adds do.
@@ -68,6 +68,39 @@ def test_a_vector_is_the_mean_of_the_content_and_the_content_read_under_its_ance
                           {"content": case["detail"], "type": "event", "parent": "s"}])
     np.testing.assert_allclose(stored(mem, batch[1].id), read_in(mem, case["detail"], case["step"]), atol=1e-5)
     assert mem.verify().clean
+
+
+class Counting:
+    """The real embedder, recording every text it is given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.texts = inner, []
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed(self, texts: Any) -> np.ndarray:
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+    def coverage(self, text: str) -> float:
+        return float(self.inner.coverage(text))
+
+
+def test_memories_under_one_task_embed_its_path_once(embedder, tmp_path, case):
+    counting = Counting(embedder)
+    with MemoryTree.open(tmp_path / "m", embedder=counting) as mem:
+        trip = mem.add(case["trip"], type="task", parent=ROOT)
+        step = mem.add(case["step"], type="task", parent=trip)
+        first = mem.add(case["detail"], type="event", parent=step)
+        counting.texts.clear()
+        second = mem.add(case["report"], type="event", parent=step)
+        assert counting.texts == [case["report"]]  # the path "trip > step" was read with the first
+        want = read_in(mem, case["report"], case["trip"], case["step"])
+        np.testing.assert_allclose(stored(mem, second.id), want, atol=1e-5)
+        assert first.id != second.id
+    with MemoryTree.open(tmp_path / "m", embedder=counting) as mem:  # a new handle reads the path again
+        counting.texts.clear()
+        mem.add(case["renamed"], type="event", parent=step)
+        assert counting.texts == [case["renamed"], f"{case['trip']} > {case['step']}"]
 
 
 def test_the_same_detail_is_found_through_the_task_it_belongs_to(open_memory, case):
@@ -113,8 +146,8 @@ def test_a_rename_whose_vectors_fail_is_kept_and_the_next_open_reads_them(open_m
     detail = mem.add(case["detail"], type="event", parent=trip)
     before = stored(mem, detail.id)
     mem.close()
-    broken = open_memory(folder=folder, embedder_=Failing(embedder, case["renamed"] + " : "))
-    renamed = broken.update(trip.id, content=case["renamed"])  # committed; its own vector reads no path
+    broken = open_memory(folder=folder, embedder_=Failing(embedder, case["detail"]))
+    renamed = broken.update(trip.id, content=case["renamed"])  # committed: a root's vector reads no path
     assert renamed.content == case["renamed"]
     np.testing.assert_allclose(stored(broken, detail.id), before, atol=1e-6)  # kept meanwhile
     drift = broken.verify()
