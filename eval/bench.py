@@ -57,6 +57,7 @@ from hybrid_memory.accel.lexicon import Lexicon  # noqa: E402
 from hybrid_memory.config import Config  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
+from hybrid_memory.testing import Faults  # noqa: E402
 
 from .generate import generate  # noqa: E402
 from .metrics import percentile, recall_all  # noqa: E402
@@ -115,7 +116,8 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
     from_sys: dict[str, str] = {}
     cut = max(len(adds) - SINGLE_ADDS, len(adds) // 2)
     bulk, tail = adds[:cut], adds[cut:]
-    with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=config) as mem:
+    faults = Faults()  # (no hook: only to wait for the handle's lexicon through its retriever)
+    with MemoryTree.open(folder, namespace="bench", embedder=vectors, config=config, faults=faults) as mem:
         out["rss_mb_after_open"] = round(rss_mb(), 1)
         # Start the vector index (chromadb's import and client, ~1 s once a process)
         # outside the clock, as the model was warmed: add_many is timed as throughput,
@@ -163,7 +165,8 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         if asked and config.accel.in_memory_lexicon and mem.store.is_sqlite:
             for q in asked[:2]:
                 mem.retrieve(q["text"], k=K, reinforce=False)
-            mem._retriever.wait_for_lexicon()
+            assert faults.retriever is not None
+            faults.retriever.wait_for_lexicon()
             lexicon = Lexicon(mem.store, "bench")
             with mem.store.reading() as conn:
                 _, out["lexicon_build_ms"] = timed(partial(lexicon.sync, conn))

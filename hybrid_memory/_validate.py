@@ -125,27 +125,23 @@ def text_arg(value: object, name: str) -> str:
 
 
 def timestamp(value: object, name: str = "ts") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {show(value)}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        seconds = math.inf
-    if not math.isfinite(seconds):
-        raise InvalidTypeError(f"{name} must be a finite number of seconds, got {show(value)}")
-    return seconds
+    return _finite(value, name, "a finite number of seconds")
 
 
 def finite(value: object, name: str) -> float:
     """A finite number (a cosine a hair past 1, float rounding, is one)."""
+    return _finite(value, name, "a finite number")
+
+
+def _finite(value: object, name: str, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidTypeError(f"{name} must be a finite number, got {show(value)}")
+        raise InvalidTypeError(f"{name} must be {what}, got {show(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise InvalidTypeError(f"{name} must be a finite number, got {show(value)}")
+        raise InvalidTypeError(f"{name} must be {what}, got {show(value)}")
     return number
 
 

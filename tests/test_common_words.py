@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree
+from hybrid_memory.retrieval import Retriever
 from hybrid_memory.retrieval.query import QueryWords
+from hybrid_memory.testing import Faults
 from hybrid_memory.text import terms
 
 # "ticket" / "工单" is in every memory of the first task; the other words are rare.
@@ -27,6 +29,13 @@ ORDERS = [
     ("工单备注：财务要求补充酒店发票", "event"),
     ("工单备注：审批人是张经理", "fact"),
 ]
+
+
+def _retriever(faults: Faults) -> Retriever:
+    """The retriever of the memory opened with ``faults``."""
+    retriever = faults.retriever
+    assert retriever is not None
+    return retriever
 
 
 def _agree(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
@@ -94,7 +103,9 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
     """The idf's document count is kept between queries until the log moves on:
     after adds, an archive and a delete, the same handle answers as a new one."""
     folder = tmp_path / "m"
-    mem = open_memory(folder=folder)
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults)
+    retriever = _retriever(faults)
     _fill(mem)
     query = "哪条工单备注提到酒店发票？"
 
@@ -103,13 +114,13 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
 
     first = answer(mem)
     with mem.store.reading() as conn:
-        assert mem._retriever._live_count(conn) == mem.stats().live == len(TICKETS) + len(ORDERS)
+        assert retriever.live_count(conn) == mem.stats().live == len(TICKETS) + len(ORDERS)
     notes = [n for n in mem.nodes() if n.content.startswith("工单备注")]
     for change in (lambda: mem.archive(notes[0]), lambda: mem.delete(notes[1]),
                    lambda: mem.add("工单备注：酒店发票已补交", type="event", parent=notes[2].parent_id)):
         change()
         with mem.store.reading() as conn:
-            assert mem._retriever._live_count(conn) == mem.stats().live
+            assert retriever.live_count(conn) == mem.stats().live
         mine = answer(mem)
         other = open_memory(folder=folder)
         assert _agree(mine, answer(other))
@@ -123,7 +134,9 @@ def test_the_kept_count_follows_adds_off_the_log(open_memory: Any, tmp_path: Any
     is the live count, read again only when some other operation was logged, and the
     handle answers as a new one."""
     folder = tmp_path / "m"
-    mem = open_memory(folder=folder)
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults)
+    retriever = _retriever(faults)
     _fill(mem)
     query = "哪条工单备注提到酒店发票？"
     mem.retrieve(query, reinforce=False)
@@ -149,7 +162,7 @@ def test_the_kept_count_follows_adds_off_the_log(open_memory: Any, tmp_path: Any
     )):
         change()
         with mem.store.reading() as conn:
-            assert mem._retriever._live_count(conn) == real(conn, mem.namespace)
+            assert retriever.live_count(conn) == real(conn, mem.namespace)
         mine = sorted((s.node.content, s.score) for s in mem.retrieve(query, reinforce=False).nodes)
         other = open_memory(folder=folder)
         answer = sorted((s.node.content, s.score) for s in other.retrieve(query, reinforce=False).nodes)
@@ -191,7 +204,9 @@ def test_a_handle_spreads_as_a_fresh_one_once_the_memory_grows_past_a_few_branch
     every close branch) is kept between queries until the log moves: a handle that
     answered while the memory was small answers as a new handle once it is not."""
     folder = tmp_path / "m"
-    mem = open_memory(folder=folder, retrieval={"spread_branches": 2})
+    faults = Faults()
+    mem = open_memory(folder=folder, faults=faults, retrieval={"spread_branches": 2})
+    retriever = _retriever(faults)
     _fill(mem)  # two branches: small
     query = "Which ticket note says the paper jam was reproduced?"
 
@@ -199,7 +214,7 @@ def test_a_handle_spreads_as_a_fresh_one_once_the_memory_grows_past_a_few_branch
         return sorted((s.node.content, s.score, s.reason) for s in m.retrieve(query, reinforce=False).nodes)
 
     answer(mem)
-    seq_before = mem._retriever._branchy
+    seq_before = retriever.kept_branches
     assert seq_before is not None and seq_before[2] is False  # asked, and kept: small
     for name in ("Printer fleet audit: paper jam log", "Lab bench booking: reproduced a paper jam"):
         task = mem.add(name, type="task", parent=ROOT)
@@ -209,5 +224,6 @@ def test_a_handle_spreads_as_a_fresh_one_once_the_memory_grows_past_a_few_branch
     assert _agree(mine, answer(other))
     with mem.store.reading() as conn:
         assert mem.store.tree.has_more_branches(conn, mem.namespace, 2)
-        assert mem._retriever._has_more_branches(conn, 2)
-    assert mem._retriever._branchy is not None and mem._retriever._branchy[0] != seq_before[0]
+        assert retriever.has_more_branches(conn, 2)
+    kept = retriever.kept_branches
+    assert kept is not None and kept[0] != seq_before[0]

@@ -21,6 +21,7 @@ from hybrid_memory import ROOT, MemoryTree, text
 from hybrid_memory.accel import lexicon as lexicon_module
 from hybrid_memory.accel.lexicon import Lexicon
 from hybrid_memory.store.schema import nodes, terms
+from hybrid_memory.testing import Faults
 
 ABSENT = ["nonexistentword", "不存在的词"]
 
@@ -162,9 +163,12 @@ def test_retrieval_answers_the_same_with_the_copy(open_memory: Any, tmp_path: Pa
     answer every query alike, while both handles write between the queries."""
     folder = tmp_path / "mem"
     # (no active-task prior: the two handles are two sessions, each with its own focus)
-    kept = open_memory(folder=folder, dedup={"enabled": False}, retrieval={"active_prior": 0.0})
-    plain = open_memory(folder=folder, session="plain", dedup={"enabled": False},
+    kept_faults, plain_faults = Faults(), Faults()
+    kept = open_memory(folder=folder, faults=kept_faults, dedup={"enabled": False}, retrieval={"active_prior": 0.0})
+    plain = open_memory(folder=folder, session="plain", faults=plain_faults, dedup={"enabled": False},
                         accel={"in_memory_lexicon": False}, retrieval={"active_prior": 0.0})
+    kept_retriever, plain_retriever = kept_faults.retriever, plain_faults.retriever
+    assert kept_retriever is not None and plain_retriever is not None
     if lang == "zh":
         tasks = ["报销单 EXP-31：上海出差的酒店发票", "工单 TKT-90：打印机无法连接", "代码变更：上传超时重试"]
         notes = ["酒店发票金额是八百元", "打印机驱动已经重装", "重试间隔改为两秒", "财务要求补充出租车发票"]
@@ -186,24 +190,27 @@ def test_retrieval_answers_the_same_with_the_copy(open_memory: Any, tmp_path: Pa
         writer.add(note, type="fact", parent=heads[i % len(heads)])
         for q in queries:
             assert answer(kept, q) == answer(plain, q)
-        assert kept._retriever.wait_for_lexicon() == kept.store.is_sqlite  # built on a thread of its own
-    lexicon = kept._retriever.lexicon
+        assert kept_retriever.wait_for_lexicon() == kept.store.is_sqlite  # built on a thread of its own
+    lexicon = kept_retriever.lexicon
     if kept.store.is_sqlite:
         assert lexicon is not None and lexicon.loads == 1 and lexicon.caught_up >= len(notes) - 1
         assert lexicon.position > 0
     else:  # PostgreSQL keeps no change table: the store answers
         assert lexicon is None
-    assert plain._retriever.lexicon is None
+    assert plain_retriever.lexicon is None
 
 
 def test_one_query_reads_no_copy(open_memory: Any, sqlite_only: None) -> None:
     """A process that asks once (the command line) does not read the whole index."""
-    mem = open_memory()
+    faults = Faults()
+    mem = open_memory(faults=faults)
+    retriever = faults.retriever
+    assert retriever is not None
     mem.add("Support ticket: the VPN drops every hour", type="task", parent=ROOT)
     mem.retrieve("Why does the VPN drop?")
-    assert mem._retriever.lexicon is None
+    assert retriever.lexicon is None
     mem.retrieve("Why does the VPN drop?")
-    assert mem._retriever.wait_for_lexicon()
+    assert retriever.wait_for_lexicon()
 
 
 def test_a_copy_of_a_postgresql_store_is_refused(open_memory: Any, stores: Any) -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_memory import ROOT, MemoryTree, context
+from hybrid_memory import ROOT, ChromaIndex, Config, MemoryTree, context
 from hybrid_memory.embedding_worker import READ_AHEAD_ITEMS
 from hybrid_memory.testing import Faults
 
@@ -356,7 +356,11 @@ def test_a_reader_during_the_window_finds_the_memory_by_its_words(open_memory, t
     from hybrid_memory.recovery import drain_outbox
 
     faults = Faults()
-    mem = open_memory(folder=tmp_path / "window", faults=faults)
+    folder = tmp_path / "window"
+    # The index MemoryTree.open would make, kept to drain into as it is (not through
+    # MemoryTree.index, which first applies the index writes that wait).
+    index = ChromaIndex(folder / "chroma", graphs=Config.load().accel.in_memory_vectors)
+    mem = open_memory(folder=folder, faults=faults, index=index)
     mem.add("Plan the offsite", type="task", parent=ROOT)
     mem.add("The offsite is in the first week of May.", type="fact")
     before = {n.id for n in mem.nodes()}
@@ -366,7 +370,7 @@ def test_a_reader_during_the_window_finds_the_memory_by_its_words(open_memory, t
         mem.add("The venue has a projector and two microphones.", type="fact")
     faults.hook = None
     held = only_new(mem, before)
-    drain_outbox(mem.store, mem._index, mem.namespace)
+    drain_outbox(mem.store, index, mem.namespace)
     assert outbox_actions(mem, held) == ["embed"]
     hits = mem.retrieve("venue projector microphones")
     assert held in {n.node.id for n in hits.nodes}  # by its words alone

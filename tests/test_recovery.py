@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from hybrid_memory import ROOT, ConflictError, MemoryTree
+from hybrid_memory import ROOT, ChromaIndex, Config, ConflictError, MemoryTree
 from hybrid_memory.store.schema import oplog
 from hybrid_memory.testing import Faults
 
@@ -251,25 +251,33 @@ def test_a_reader_sees_what_another_process_wrote(embedder, folder, tmp_path):
     assert recall.nodes[0].dense > 0.2  # found by its vector, not only by words
 
 
+def raw_index(folder: Path) -> ChromaIndex:
+    """The index ``MemoryTree.open(folder)`` would make, to hand it ``index=`` and read
+    it as it is (``MemoryTree.index`` first applies the index writes that wait)."""
+    return ChromaIndex(folder / "chroma", graphs=Config.load().accel.in_memory_vectors)
+
+
 def test_index_writes_wait_for_a_batch_and_nothing_written_is_missed_meanwhile(open_memory, folder):
-    mem = open_memory(folder=folder, write={"index_batch": 4})
+    index = raw_index(folder)
+    mem = open_memory(folder=folder, index=index, write={"index_batch": 4})
     task = mem.add("Travel booking for the Berlin offsite", type="task")
     hotel = mem.add("Hotel Adlon confirmed for three nights", type="fact")
     mem.add("差旅预算上限为每晚 200 欧元", type="fact")
-    assert mem._index.ids(mem.namespace) == set()  # three writes wait in the outbox
+    assert index.ids(mem.namespace) == set()  # three writes wait in the outbox
     # Found by meaning before the index has it, and a twin of a waiting memory merges.
     assert hotel.id in mem.retrieve("which hotel did we book?").ids
     again = mem.add("Hotel Adlon confirmed for three nights.", type="fact")
     assert again.merged and again.id == hotel.id
-    assert mem._index.ids(mem.namespace) == set()  # a merge writes no vector
+    assert index.ids(mem.namespace) == set()  # a merge writes no vector
     fourth = mem.add("Flight LH 2037 leaves at 07:40", type="fact")
-    assert mem._index.ids(mem.namespace) == {task.id, hotel.id, fourth.id} | {
+    assert index.ids(mem.namespace) == {task.id, hotel.id, fourth.id} | {
         n.id for n in mem.nodes() if n.content.startswith("差旅")}
     # Waiting writes survive a crash (no close): the next open applies them.
     late = mem.add("Taxi to the airport at 05:30", type="event")
-    assert late.id not in mem._index.ids(mem.namespace)
-    other = reopen(open_memory, folder)
-    assert late.id in other._index.ids(other.namespace) and other.verify().clean
+    assert late.id not in index.ids(mem.namespace)
+    other_index = raw_index(folder)
+    other = open_memory(folder=folder, index=other_index)  # (as reopen, reading its raw index)
+    assert late.id in other_index.ids(other.namespace) and other.verify().clean
     # Reading through MemoryTree.index applies what waits first.
     extra = other.add("Return flight on Friday evening", type="fact")
     assert extra.id in other.index.ids(other.namespace)

@@ -131,7 +131,7 @@ class Retriever:
             # A question to a memory of no more branches than spread_branches (0: off)
             # spreads over them: with so few branches, a located one singles out
             # little, and an answer in another costs only a small shortfall.
-            spread = r.spread_branches > 0 and not self._has_more_branches(conn, r.spread_branches, seq())
+            spread = r.spread_branches > 0 and not self.has_more_branches(conn, r.spread_branches, seq())
             opened = open_branches(r, view, located.branches, cands.rows, branches, spread)
             grown = expand(view, words, cands, opened, qvec)
             stages.append(("expand", grown.note))
@@ -170,7 +170,7 @@ class Retriever:
             qterms = list(dict.fromkeys(text.terms(query)))
             index = self._lexical_index(conn)
             words = QueryWords(self.store, conn, self.namespace, qterms, self.config.accel.common_postings,
-                               lambda c: self._live_count(c, seq()), index)
+                               lambda c: self.live_count(c, seq()), index)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
             # The lexical candidates' rows and postings; the dense candidates' come after.
             found = view.rows([i for i, _ in lex_top], live_only=True)
@@ -290,7 +290,7 @@ class Retriever:
             if pool is not None:
                 pool.shutdown(wait=True)
 
-    def _live_count(self, conn: Connection, seq: int | None = None) -> int:
+    def live_count(self, conn: Connection, seq: int | None = None) -> int:
         """How many live nodes the namespace holds (the idf's document count). Counting
         reads the whole status index; every change to the live set is logged, so the
         count is kept until the log moves on (a seek to its last position: ``seq``,
@@ -307,7 +307,7 @@ class Retriever:
             self._counted = (seq, self.store.tree.live_count(conn, self.namespace) if count is None else count)
         return self._counted[1]
 
-    def _has_more_branches(self, conn: Connection, than: int, seq: int | None = None) -> bool:
+    def has_more_branches(self, conn: Connection, than: int, seq: int | None = None) -> bool:
         """Whether the live nodes fall into more than ``than`` branches, kept, as the
         live count is, until the log moves on."""
         if seq is None:
@@ -315,6 +315,12 @@ class Retriever:
         if self._branchy is None or self._branchy[:2] != (seq, than):
             self._branchy = (seq, than, self.store.tree.has_more_branches(conn, self.namespace, than))
         return self._branchy[2]
+
+    @property
+    def kept_branches(self) -> tuple[int, int, bool] | None:
+        """The answer :meth:`has_more_branches` keeps: (log position, ``than``, answer)
+        of its last ask (None until asked; read only)."""
+        return self._branchy
 
     def _weigher(self, now: float, cfg: WeightConfig | None = None, *,
                  reads: bool | None = None) -> Callable[[Node], float]:
