@@ -35,7 +35,7 @@ def writer(folder: str, seed: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from hybrid_memory import ROOT, Config, MemoryTree
+    from hybrid_memory import ROOT, Config, MemoryTree, text
 
     rng = random.Random(seed)
 
@@ -47,6 +47,7 @@ def writer(folder: str, seed: int) -> None:
     with MemoryTree.open(folder, namespace=NAMESPACE, config=bundled) as mem:
         mem.embedder.embed(["warm up"])
         mem.index.ids(mem.namespace)  # the index client loads on first use: before the clock starts
+        text.terms("预热 warm up")  # so does jieba's dictionary (most of a second), at the first Chinese word
         known = [n.id for n in mem.nodes()]
         say(ready=True)
         i = 0
