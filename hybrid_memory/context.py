@@ -101,7 +101,8 @@ def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None
     The texts are the contents, then each distinct path not in ``held``; one
     embedder call takes them all, and ``combine`` puts the new paths in ``held``."""
     n = len(items)
-    keys = {path_text(above) for _, above in items if above}
+    paths = [path_text(above) if above else None for _, above in items]
+    keys = {p for p in paths if p is not None}
     known = held.get(keys) if held is not None else {}
     fresh = sorted(keys - known.keys())
     texts = [content for content, _ in items] + fresh
@@ -114,10 +115,10 @@ def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None
         read = dict(known, **{k: vectors[n + j] for j, k in enumerate(fresh)})
         if held is not None:
             held.put({k: read[k] for k in fresh})
-        placed = [i for i, (_, above) in enumerate(items) if above]
-        mean = out[placed] + PATH_WEIGHT * np.stack([read[path_text(items[i][1])] for i in placed])
-        norms = np.linalg.norm(mean, axis=1, keepdims=True)
-        out[placed] = mean / np.where(norms > 0, norms, 1.0)
+        placed = [i for i, p in enumerate(paths) if p is not None]
+        summed = out[placed] + PATH_WEIGHT * np.stack([read[paths[i]] for i in placed])
+        norms = np.linalg.norm(summed, axis=1, keepdims=True)
+        out[placed] = summed / np.where(norms > 0, norms, 1.0)
         return out
 
     return texts, combine
@@ -204,7 +205,7 @@ def refresh(store: SqlStore, embedder: Embedder, namespace: str, held: PathVecto
     gave it a new one)."""
     done = 0
     with store.reading() as conn:
-        total = len(store.outbox.context_waiting(conn, namespace, 1 << 62))
+        total = store.outbox.context_count(conn, namespace)
     if not total:
         return 0
     bar = progress_bar(total, "embed in context")

@@ -64,6 +64,8 @@ class MemoryTree:
         if self.config.security.audit:
             store.audit.enable()
         store.audit.actors[(self.namespace, self.session)] = self.actor
+        #: Test hook (hybrid_memory.testing): called at named points of the write path.
+        self._fault = faults if faults is not None else Faults()
         self._batch = IndexBatch(store, index, self.namespace, self.config.write.index_batch, self._fault)
         #: The vector index. Reading it here (query, ids, vectors) first applies the
         #: index writes still waiting in the outbox (see ``write.index_batch``).
@@ -74,8 +76,6 @@ class MemoryTree:
         self._clock = clock
         self._closed = False
         self._reads = Reads(store, self.namespace, self.session, clock, self.config.usage.flush_every)
-        #: Test hook (hybrid_memory.testing): called at named points of the write path.
-        self._faults = faults
         self._worker = EmbeddingWorker(embedder, self.config)
         self._paths = context.PathVectors()  # the paths this handle embedded, by their text
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace, session=self.session,
@@ -85,17 +85,12 @@ class MemoryTree:
         self._writer.fault = self._fault
         self._editor = Editor(store=store, writer=self._writer, embedder=embedder, config=self.config,
                               namespace=self.namespace, session=self.session, forget_reads=self._reads.drop)
-        if faults is not None:
-            faults.attach(self._retriever)
+        self._fault.attach(self._retriever)
         opening.check_stored(store, self.config, self.namespace, self.session, embedder, clock)
         self._left = Leftovers(store, index, embedder, self.config, self.namespace, self._worker, self._paths)
         self._left.heal()  # what a crash left
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._left.problems()
-
-    def _fault(self, point: str) -> None:
-        if self._faults is not None:
-            self._faults(point)
 
     @classmethod
     def open(

@@ -61,6 +61,11 @@ class Outbox:
              .order_by(outbox.c.seq).limit(limit))
         return [(int(s), str(i)) for s, i in conn.execute(q)]
 
+    def context_count(self, conn: Connection, namespace: str) -> int:
+        """How many :data:`CONTEXT` rows ``namespace`` has."""
+        q = select(func.count()).where(outbox.c.namespace == namespace, outbox.c.action == CONTEXT)
+        return int(conn.execute(q).scalar_one())
+
     def pending_upserts(self, conn: Connection, namespace: str, limit: int = 4096) -> list[str]:
         """Ids of the nodes whose index upsert waits in the outbox, the latest ``limit``."""
         raw = self._db.plain_connection(conn)
