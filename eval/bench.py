@@ -208,7 +208,7 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         for i in range(rss_retrievals if asked else 0):
             mem.retrieve(asked[i % len(asked)]["text"], k=K)
         out["rss_mb_after_retrievals"] = round(rss_mb(), 1)
-        live = mem.stats().live
+        live = mem.admin.stats().live
         steps.update()
     if asked and rss_retrievals:
         # The same reading in a process of its own, as an agent holds the memory: the
@@ -224,14 +224,14 @@ def bench_size(nodes: int, *, lang: str, seed: int, config: Config, workdir: Pat
         report, ms = timed(lambda: mem.forget(max_nodes=max(1, live // 2), dry_run=True))
         out["forget_dry_run_ms"] = round(ms, 1)
         out["forget_would_archive"] = len(report.details)
-        disk = mem.stats().disk_bytes or 0
+        disk = mem.admin.stats().disk_bytes or 0
         snapshot = workdir / f"export-{nodes}.jsonl"
-        _, ms = timed(lambda: mem.export(snapshot))
+        _, ms = timed(lambda: mem.admin.export(snapshot))
         out["export_ms"] = round(ms, 1)
     with MemoryTree.open(workdir / f"import-{nodes}", namespace="bench", embedder=vectors, config=config) as copy:
-        _, ms = timed(lambda: copy.import_(snapshot))
+        _, ms = timed(lambda: copy.admin.import_(snapshot))
         out["import_ms"] = round(ms, 1)
-        out["imported_live_nodes"] = copy.stats().live
+        out["imported_live_nodes"] = copy.admin.stats().live
     out["live_nodes"] = live
     out["disk_bytes_per_node"] = round(disk / max(live, 1), 1)
     steps.update()
@@ -360,14 +360,14 @@ def bench_relational(nodes: int, *, lang: str, seed: int, config: Config, workdi
         # The filler vectors cost a little: what making them took is left out.
         took = time.perf_counter() - start - filler.spent_s
         out["add_many_sql_nodes_per_s"] = round(len(adds) / max(took, 1e-9), 1)
-        live = mem.stats().live
+        live = mem.admin.stats().live
     del to_sys, adds
     _, ms = timed(lambda: _reopen(folder, filler, config, NullIndex()))
     out["open_recover_ms"] = round(ms, 1)
     out["cold_start_ms"] = {name: round(statistics.median(cold_start(folder, argv, config_file) for _ in range(cold_runs)), 1)
                             for name, argv in (("stats", ["stats"]), ("recover", ["recover"]))}
     with MemoryTree.open(folder, namespace="bench", embedder=filler, index=NullIndex(), config=config) as mem:
-        disk = mem.stats().disk_bytes or 0
+        disk = mem.admin.stats().disk_bytes or 0
         # The passes go by the node cap alone (threshold 0), so each takes what it names.
         report, ms = timed(lambda: mem.forget(threshold=0.0, max_nodes=max(1, live // 2), dry_run=True))
         out["forget_dry_run_ms"] = round(ms, 1)
@@ -418,7 +418,7 @@ def bench_safety(nodes: int, *, lang: str, seed: int, config: Config, workdir: P
             r["add_many_nodes_per_s"] = round(len(adds) / (time.perf_counter() - start), 1)
             mem.flush()
             r["retrieve_no_embedding_ms"] = latency([timed(partial(mem.retrieve, q, k=K))[1] for q in asked])
-            _, ms = timed(lambda: mem.export(workdir / f"{folder.name}.jsonl"))  # noqa: B023
+            _, ms = timed(lambda: mem.admin.export(workdir / f"{folder.name}.jsonl"))  # noqa: B023
             r["export_ms"] = round(ms, 1)
         out["setups"][name] = r
         bar.update()

@@ -371,7 +371,10 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     extra: dict[str, Any] = {}
     try:
         for name in options.systems:
-            runs[name] = replay(_make(name, workdir, vectors, now, config, recover_args))
+            system = _make(name, workdir, vectors, now, config, recover_args)
+            runs[name] = replay(system)
+            if isinstance(system, HybridSystem) and system.place:
+                extra["placement"] = system.placement()
         if "hybrid" in runs and options.control and prepared.restarts:
             control = replay(HybridSystem("hybrid_control", workdir / "control", vectors, now, config=config),
                              skip_restarts=True)
@@ -403,15 +406,16 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
 
 def _make(name: str, workdir: Path, vectors: CachedEmbedder, now: Callable[[], float], config: Config,
           recover_args: Sequence[str] = ()) -> System:
-    if name == "hybrid":
-        return HybridSystem("hybrid", workdir / "hybrid", vectors, now, config=config, recover_args=recover_args)
+    if name in ("hybrid", "hybrid_auto"):
+        return HybridSystem(name, workdir / name, vectors, now, config=config, recover_args=recover_args,
+                            place=name == "hybrid_auto")
     if name == "flat_vector":
         return FlatVector(config, workdir / "flat", vectors)
     makers: dict[str, Callable[[Config], System]] = {
         "bm25": BM25, "recent": Recent, "full_history": FullHistory, "article_minimal": ArticleMinimal,
     }
     if name not in makers:
-        raise ValueError(f"unknown system {name!r}; choose from hybrid, {', '.join(BASELINES)}")
+        raise ValueError(f"unknown system {name!r}; choose from hybrid, hybrid_auto, {', '.join(BASELINES)}")
     return makers[name](config)
 
 
@@ -595,9 +599,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
         print("error: --k must be in 1..200 and --budget positive", file=sys.stderr)
         return 2
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in systems if s not in ("hybrid", *BASELINES)]
+    unknown = [s for s in systems if s not in ("hybrid", "hybrid_auto", *BASELINES)]
     if unknown:
-        print(f"error: unknown system(s) {unknown}; choose from hybrid, {', '.join(BASELINES)}", file=sys.stderr)
+        print(f"error: unknown system(s) {unknown}; choose from hybrid, hybrid_auto, {', '.join(BASELINES)}",
+              file=sys.stderr)
         return 2
     try:
         events, source = load_events(args)

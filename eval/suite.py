@@ -89,8 +89,12 @@ def run_source(source: Source, *, config_file: Path | None, systems: Sequence[st
 
 
 def summary(results: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
-    """The suite's figures of each system of one source's results."""
-    return {name: {f: s.get(f) for f in FIGURES} for name, s in results["systems"].items()}
+    """The suite's figures of each system of one source's results (and the placement
+    accuracy of ``hybrid_auto``)."""
+    out = {name: {f: s.get(f) for f in FIGURES} for name, s in results["systems"].items()}
+    if "hybrid_auto" in out and "placement" in results:
+        out["hybrid_auto"]["placement"] = results["placement"]["accuracy"]
+    return out
 
 
 def compare(now: Mapping[str, Any], before: Mapping[str, Any], tolerance: float) -> tuple[str, list[str]]:
@@ -112,11 +116,15 @@ def compare(now: Mapping[str, Any], before: Mapping[str, Any], tolerance: float)
 
 
 def table(figures: Mapping[str, Mapping[str, Mapping[str, float | None]]]) -> str:
-    """One row per source and system: recall_all@10, nDCG@10, branch_acc@1, tokens."""
-    lines = ["| source | system | recall_all@10 | nDCG@10 | branch_acc@1 | tokens |", "|---|---|---|---|---|---|"]
+    """One row per source and system: recall_all@10, nDCG@10, branch_acc@1, tokens (and
+    the placement accuracy of ``hybrid_auto``, when it ran)."""
+    placed = any("placement" in f for systems in figures.values() for f in systems.values())
+    columns = (*FIGURES, "placement") if placed else FIGURES
+    lines = ["| source | system | recall_all@10 | nDCG@10 | branch_acc@1 | tokens |" + (" placement |" if placed else ""),
+             "|---" * (len(columns) + 2) + "|"]
     for name, systems in figures.items():
         for system, f in systems.items():
-            lines.append(f"| {name} | {system} | " + " | ".join(_fmt(f.get(x)) for x in FIGURES) + " |")
+            lines.append(f"| {name} | {system} | " + " | ".join(_fmt(f.get(x)) for x in columns) + " |")
     return "\n".join(lines)
 
 

@@ -6,6 +6,8 @@ The baselines keep their nodes in plain Python structures (the flat vector
 baseline in a real Chroma collection): they are what a user would build instead.
 
 - ``hybrid``: :class:`hybrid_memory.MemoryTree` (SQLite + embedded Chroma).
+- ``hybrid_auto``: the same, every memory that is not a task written with
+  ``parent=AUTO`` (placed by meaning): its placement accuracy is reported beside.
 - ``flat_vector``: Chroma top-k over every node; no tree, no weights.
 - ``bm25``: Okapi BM25 top-k over the same terms hybrid_memory indexes (Latin
   words, CJK bigrams).
@@ -32,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from hybrid_memory import ROOT, Config, MemoryTree
+from hybrid_memory import AUTO, ROOT, Config, MemoryTree, NodeType
 from hybrid_memory import text as hm_text
 from hybrid_memory.embed import Embedder, Vectors
 from hybrid_memory.retrieval import rank_key
@@ -158,13 +160,19 @@ class HybridSystem:
 
     ``forget_cap``: after every write, forget down to that many live nodes (the
     forgetting run). ``recover_in_subprocess``: at a restart, ask a fresh process
-    (``hybrid-memory recover --json``) what it recovers.
+    (``hybrid-memory recover --json``) what it recovers. ``place``: write every
+    memory that is not a task, and whose parent is already stored, with
+    ``parent=AUTO``, and count how many go to the branch the trace puts them in.
     """
 
     def __init__(self, name: str, folder: Path, embedder: CachedEmbedder, clock: Callable[[], float], *,
                  config: Config | None = None, forget_cap: int | None = None,
-                 recover_in_subprocess: bool = True, recover_args: Sequence[str] = ()) -> None:
+                 recover_in_subprocess: bool = True, recover_args: Sequence[str] = (), place: bool = False) -> None:
         self.name = name
+        self.place = place
+        #: Memories written with parent=AUTO, those placed in their true branch, and
+        #: those the placement sent to the active node.
+        self.placed = {"total": 0, "right": 0, "by_active": 0, "right_by_active": 0}
         self.folder = folder
         self.embedder = embedder
         self.clock = clock
@@ -185,7 +193,7 @@ class HybridSystem:
         self.close()
         self.namespace = namespace
         self.mem = self._open()
-        if self.mem.stats().live:
+        if self.mem.admin.stats().live:
             raise RuntimeError(f"namespace {namespace!r} of {self.folder} is not empty")
 
     @property
@@ -204,10 +212,42 @@ class HybridSystem:
             batch.append(item)
         for parent in {i["parent"] for i in batch if isinstance(i["parent"], str)} - {i["key"] for i in batch}:
             self._revive(parent)
+        truth = self._auto(batch) if self.place else {}
         nodes = self._m.add_many(batch)
-        if self.forget_cap is not None and self._m.stats().live > self.forget_cap:
+        for i, branch in truth.items():
+            self._count(nodes[i], branch)
+        if self.forget_cap is not None and self._m.admin.stats().live > self.forget_cap:
             self.forgotten += len(self._m.forget(max_nodes=self.forget_cap).details)
         return [n.id for n in nodes]
+
+    def _auto(self, batch: list[dict[str, Any]]) -> dict[int, str]:
+        """Turn the batch's memories (not tasks) whose parent is stored into
+        ``parent=AUTO`` ones; the branch the trace puts each in, by item index."""
+        keys = {i["key"] for i in batch}
+        truth: dict[int, str] = {}
+        for n, item in enumerate(batch):
+            parent = item["parent"]
+            if item["type"] == "task" or not isinstance(parent, str) or parent in keys:
+                continue
+            node = self._m.get(parent)
+            truth[n] = node.id if node.type is NodeType.TASK else node.branch_id
+            item["parent"] = AUTO
+        return truth
+
+    def _count(self, node: Any, branch: str) -> None:
+        placed = node.placement
+        right = node.branch_id == branch
+        self.placed["total"] += 1
+        self.placed["right"] += right
+        if placed is not None and placed.by == "active":
+            self.placed["by_active"] += 1
+            self.placed["right_by_active"] += right
+
+    def placement(self) -> dict[str, Any]:
+        """The placement figures of a ``place`` run: accuracy, and how many went to the
+        active node for want of a close branch."""
+        total = self.placed["total"]
+        return dict(self.placed, accuracy=round(self.placed["right"] / total, 4) if total else None)
 
     def _revive(self, node_id: str) -> None:
         """An agent going back to a memory that forgetting archived restores it first."""

@@ -50,7 +50,7 @@ def main() -> None:
             start = time.perf_counter()
             mem.retrieve(q, k=8)
             lat.append((time.perf_counter() - start) * 1000)
-        print(f"retrieve ({mem.stats().live} nodes): p50 {statistics.median(lat):6.1f} ms   p95 {pct(lat, .95):6.1f} ms")
+        print(f"retrieve ({mem.admin.stats().live} nodes): p50 {statistics.median(lat):6.1f} ms   p95 {pct(lat, .95):6.1f} ms")
 
 
 if __name__ == "__main__":

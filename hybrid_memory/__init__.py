@@ -5,6 +5,7 @@ embeddings of node contents in Chroma; retrieval finds the task branch by meanin
 then ranks inside it by weight. Open one with :meth:`MemoryTree.open`.
 """
 
+from .admin import Admin
 from .config import Config
 from .crypto import Keyring, generate_key
 from .embed import Embedder, SentenceTransformerEmbedder
@@ -24,6 +25,7 @@ from .errors import (
     NotFoundError,
     StorageError,
 )
+from .items import AUTO, Auto
 from .model import (
     BranchScore,
     Checkpoint,
@@ -31,6 +33,7 @@ from .model import (
     ForgetReport,
     Node,
     NodeType,
+    Placement,
     Recall,
     RecoveryState,
     ScoredNode,
@@ -44,9 +47,10 @@ from .writing import ROOT, Root
 __version__ = "0.1.0"
 
 __all__ = [
-    "ROOT",
-    "Root",
+    "AUTO",
     "AccessDeniedError",
+    "Admin",
+    "Auto",
     "BranchScore",
     "Checkpoint",
     "ChromaIndex",
@@ -70,8 +74,11 @@ __all__ = [
     "Node",
     "NodeType",
     "NotFoundError",
+    "Placement",
+    "ROOT",
     "Recall",
     "RecoveryState",
+    "Root",
     "ScoredNode",
     "SentenceTransformerEmbedder",
     "SqlStore",

@@ -72,6 +72,7 @@ class WriteConfig:
     overlap_embedding: bool
     passage_tokens: int
     branch_by: str
+    place_min: float
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,8 @@ def _check_write(w: WriteConfig) -> None:
         raise ConfigError("write.max_depth and write.max_children must be >= 1")
     if w.passage_tokens < 16:
         raise ConfigError("write.passage_tokens must be >= 16")
+    if not w.place_min >= 0:
+        raise ConfigError(f"write.place_min must be >= 0, got {w.place_min}")
 
 
 def _check_retrieval_sizes(r: RetrievalConfig) -> None:

@@ -14,7 +14,7 @@ update of its content) or a subtree moves, the vectors below were read with a pa
 that no longer holds. The transaction that changes the path enqueues a
 :data:`~hybrid_memory.store.schema.CONTEXT` outbox row for each node below;
 :func:`refresh` reads them again after the commit, or at the next open after a
-crash. Until then each keeps its earlier vector, and ``verify()`` reports it.
+crash. Until then each keeps its earlier vector, and ``admin.verify()`` reports it.
 """
 
 from __future__ import annotations
@@ -93,26 +93,38 @@ def path_text(ancestors: Path) -> str:
     return _ABOVE.join(ancestors)
 
 
-def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None
+def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None,
+         contents: Mapping[int, np.ndarray[Any, Any]] | None = None,
          ) -> tuple[list[str], Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]]:
     """The texts to embed for ``items`` (each a content and its ancestors' contents),
     and the function that turns their embeddings into the items' stored vectors.
 
-    The texts are the contents, then each distinct path not in ``held``; one
-    embedder call takes them all, and ``combine`` puts the new paths in ``held``."""
+    The texts are the contents not in ``contents`` (item index -> its content's
+    embedding, already made), then each distinct path not in ``held``; one embedder
+    call takes them all, and ``combine`` puts the new paths in ``held``."""
     n = len(items)
+    given = contents or {}
+    todo = [i for i in range(n) if i not in given]
     paths = [path_text(above) if above else None for _, above in items]
     keys = {p for p in paths if p is not None}
     known = held.get(keys) if held is not None else {}
     fresh = sorted(keys - known.keys())
-    texts = [content for content, _ in items] + fresh
+    texts = [items[i][0] for i in todo] + fresh
 
     def combine(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         vectors = np.asarray(vectors, dtype=np.float32)
-        out = np.array(vectors[:n], copy=True)
+        if given:
+            out = np.empty((n, vectors.shape[1] if len(vectors) else len(next(iter(given.values())))),
+                           dtype=np.float32)
+            for i, v in given.items():
+                out[i] = v
+            out[todo] = vectors[: len(todo)]
+        else:
+            out = np.array(vectors[:n], copy=True)
         if not keys:
             return out
-        read = dict(known, **{k: vectors[n + j] for j, k in enumerate(fresh)})
+        m = len(todo)
+        read = dict(known, **{k: vectors[m + j] for j, k in enumerate(fresh)})
         if held is not None:
             held.put({k: read[k] for k in fresh})
         placed = [i for i, p in enumerate(paths) if p is not None]

@@ -1,6 +1,7 @@
 """Duplicate detection, the dedup rule: which stored or just-written memory a new one
 is a twin of (reinforced instead of written), and which earlier memories it
-supersedes (their importance lowered).
+supersedes (their importance lowered); :func:`is_twin` asks the rule about two given
+texts.
 
 Invariants: figures (numbers, dates, ids) and the lexical overlap are tested
 before any cosine, and no cosine makes up for failing them; the first twin found
@@ -16,11 +17,23 @@ from typing import Any
 
 import numpy as np
 
+from . import _validate as check
 from . import text
 from .batch_reads import RowMap, Seen
 from .config import Config
 from .embed import Embedder
 from .weights import blend
+
+
+def is_twin(a: str, b: str, cosine: float, *, config: Config, embedder: Embedder) -> bool:
+    """Whether two contents are near-identical by the dedup rule of a memory opened
+    with ``config`` and ``embedder`` (``mem.config``, ``mem.embedder``): they hold the
+    same figures (numbers, dates, ids), their lexical overlap reaches ``dedup.lexical``
+    and their blended similarity (the cosine trusted as far as the embedder covers
+    both texts) reaches ``dedup.similarity``. The arguments are checked first (typed
+    errors, as the memory's own calls raise)."""
+    a, b = check.text_arg(a, "a"), check.text_arg(b, "b")
+    return Dedup(config, embedder).is_twin(a, b, check.finite(cosine, "cosine"))
 
 
 class Dedup:

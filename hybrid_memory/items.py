@@ -1,5 +1,5 @@
-"""What a write is given: references to nodes (a Node, an id, :data:`ROOT`), the
-items of ``add``/``add_many`` checked into :class:`Prepared`, and the values of an
+"""What a write is given: references to nodes (a Node, an id, :data:`ROOT`, :data:`AUTO`),
+the items of ``add``/``add_many`` checked into :class:`Prepared`, and the values of an
 ``update``, all checked before anything is written.
 
 Invariant: a :class:`Prepared` holds only checked values (content within
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from . import _validate as check
 from .config import Config
@@ -19,26 +19,58 @@ from .errors import InvalidInputError, InvalidTypeError, NotFoundError
 from .model import Node, NodeType
 from .weights import check_unit
 
+_O = TypeVar("_O", bound="_OneOf")
 
-class Root:
+
+class _OneOf:
+    """A type with one instance, named by its class's ``__repr__`` text: calling the
+    class again returns that instance."""
+
+    _name = ""
+
+    def __new__(cls: type[_O]) -> _O:
+        instance = cls.__dict__.get("_instance")
+        if instance is None:
+            instance = super().__new__(cls)
+            setattr(cls, "_instance", instance)  # noqa: B010 (one per subclass)
+        return instance
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+class Root(_OneOf):
     """The type of :data:`ROOT`, its one instance: ``add(..., parent=ROOT)`` starts a
     new tree instead of hanging under the active node. ``Root()`` returns ROOT."""
 
-    _instance: Root | None = None
-
-    def __new__(cls) -> Root:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "ROOT"
+    _name = "ROOT"
 
 
 ROOT: Final = Root()
 
+
+class Auto(_OneOf):
+    """The type of :data:`AUTO`, its one instance: ``add(..., parent=AUTO)`` puts the
+    memory under the task branch it reads closest to (:mod:`hybrid_memory.placement`).
+    ``Auto()`` returns AUTO."""
+
+    _name = "AUTO"
+
+
+AUTO: Final = Auto()
+
 NodeRef = Node | str
-ParentRef = Node | str | Root | None
+ParentRef = Node | str | Root | Auto | None
+
+#: What the command line, HTTP and MCP take for :data:`AUTO` as a parent (no node id
+#: can be it: ids are hexadecimal).
+AUTO_WORD: Final = "auto"
+
+
+def parent_named(text: str | None) -> str | Auto | None:
+    """A parent as the command line, HTTP and MCP give it: :data:`AUTO` for
+    :data:`AUTO_WORD`, else the id (or None) as it is."""
+    return AUTO if text == AUTO_WORD else text
 
 
 @dataclass(frozen=True)
@@ -76,8 +108,8 @@ def prepare(item: Mapping[str, Any], i: int, config: Config, clock: Callable[[],
     if key is not None:
         check.text_arg(key, f"item {i}: key")
     parent = item.get("parent")
-    if parent is not None and not isinstance(parent, (Node, str, Root)):
-        raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT or None")
+    if parent is not None and not isinstance(parent, (Node, str, Root, Auto)):
+        raise InvalidTypeError(f"item {i}: parent must be a Node, a node id, ROOT, AUTO or None")
     if isinstance(parent, str) and ("\x00" in parent or len(parent) > 256 or not check.is_utf8(parent)):
         raise NotFoundError(f"item {i}: no node or earlier item {check.show(parent)}")
     pinned = item.get("pinned", False)

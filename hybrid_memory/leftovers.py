@@ -1,5 +1,5 @@
 """What a crash, or an embedder that failed, left undone in the stored memory, done at
-open and by ``repair()``: vectors not yet computed, vectors read with a path that has
+open and by ``admin.repair()``: vectors not yet computed, vectors read with a path that has
 changed since, long memories not yet cut into passages; and the problems an open
 reports (:attr:`~hybrid_memory.model.RecoveryState.problems`).
 
@@ -90,7 +90,7 @@ class Leftovers:
         """Read again, in their current path, the vectors marked as read in another.
         Returns how many were (their index writes wait in the outbox). A failure is
         not the caller's (its change is committed): the marked nodes keep their
-        vectors, ``verify()`` lists them, and the next open or repair reads them."""
+        vectors, ``admin.verify()`` lists them, and the next open or repair reads them."""
         try:
             return context.refresh(self.store, self.embedder, self.namespace, self._paths)
         except Exception as exc:
@@ -143,15 +143,15 @@ class Leftovers:
             lost = getattr(self.index, "folder_lost", lambda: None)()
             try:
                 if lost or (lost is None and not self.index.query(self.namespace, vectors[sample[0]][None, :], 1)[0]):
-                    problems.append("the vector index is empty (its folder was lost?): run repair() or reindex()")
+                    problems.append("the vector index is empty (its folder was lost?): run admin.repair() or admin.reindex()")
             except Exception as exc:  # the index is derived: report, keep serving from the store
-                problems.append(f"the vector index cannot be read ({exc}): run reindex()")
+                problems.append(f"the vector index cannot be read ({exc}): run admin.reindex()")
         for left in (self.unembedded, self.out_of_context, self.uncut):
             if left:
                 problems.append(f"{left}: reopen with a working embedder")
         bad = corrupt_log_entries(self.store, self.namespace, last_only=True)
         if bad:
-            problems.append(f"operation-log entry #{bad[0]} is corrupt: run repair()")
+            problems.append(f"operation-log entry #{bad[0]} is corrupt: run admin.repair()")
         for p in problems:
             log.warning("%s (namespace %r)", p, self.namespace)
         return tuple(problems)

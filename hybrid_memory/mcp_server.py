@@ -39,9 +39,9 @@ from . import __version__
 from .config import Config
 from .crypto import Keyring
 from .errors import HybridMemoryError, InvalidInputError
+from .items import ROOT, parent_named
 from .model import Checkpoint, Node, NodeType
 from .tree import MemoryTree
-from .writing import ROOT
 
 __all__ = ["build_server", "main", "serve_stdio"]
 
@@ -78,6 +78,8 @@ class NodeOut(BaseModel):
         description="True when remember found a near-identical memory in the same branch and "
         "reinforced it instead of writing a twin: this is then the existing node."
     )
+    placement: str | None = Field(default=None, description='With parent="auto": which branch it went '
+                                  "under and why (its score, the runner-up's); null otherwise.")
 
 
 class RecallNode(BaseModel):
@@ -179,7 +181,8 @@ def _num(x: float) -> float:
 
 def _node(n: Node) -> NodeOut:
     return NodeOut(id=n.id, type=n.type.value, parent_id=n.parent_id, content=n.content,
-                   importance=n.importance, confidence=n.confidence, pinned=n.pinned, merged=n.merged)
+                   importance=n.importance, confidence=n.confidence, pinned=n.pinned, merged=n.merged,
+                   placement=None if n.placement is None else n.placement.explain())
 
 
 def _checkpoint(c: Checkpoint) -> CheckpointOut:
@@ -239,7 +242,9 @@ class _Tools:
         content: Annotated[str, Field(description="The memory, in the user's language (by default at most 8000 characters).")],
         type: Annotated[str, Field(description="What kind of memory: a task starts a branch; a state records "
                                                "where its task stands.", json_schema_extra={"enum": _TYPES})] = "event",
-        parent: Annotated[str | None, Field(description="Hang it under this node id instead of the active node.")] = None,
+        parent: Annotated[str | None, Field(description='Hang it under this node id instead of the active node; '
+                                                      '"auto": under the task it belongs to, found by meaning '
+                                                      "(for a memory about another task than the active one).")] = None,
         root: Annotated[bool, Field(description="Start a new top-level tree (an unrelated task) instead of "
                                                 "hanging it under the active node.")] = False,
         importance: Annotated[float | None, Field(description="0..1; default by type.", json_schema_extra=_UNIT)] = None,
@@ -252,7 +257,7 @@ class _Tools:
         (merged=true). Returns the node written."""
         if root and parent is not None:
             raise InvalidInputError("give parent or root=true, not both")
-        node = self.mem.add(content, type=type, parent=ROOT if root else parent,
+        node = self.mem.add(content, type=type, parent=ROOT if root else parent_named(parent),
                             importance=importance, pinned=pinned)
         return _node(node)
 
@@ -358,7 +363,7 @@ class _Tools:
     def stats(self) -> StatsOut:
         """Sizes and shape of the memory: live and archived memories, depth, counts by type, the
         active path, the last checkpoint's time and the operation count."""
-        s = self.mem.stats()
+        s = self.mem.admin.stats()
         return StatsOut(namespace=s.namespace, live=s.live, archived=s.archived, depth=s.depth,
                         by_type=dict(s.by_type), active_path=list(s.active_path),
                         last_checkpoint_at=s.last_checkpoint_at, disk_bytes=s.disk_bytes, log_seq=s.log_seq)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 
 class NodeType(str, Enum):
@@ -28,6 +28,53 @@ SUPERSEDING: frozenset[NodeType] = frozenset({NodeType.FACT, NodeType.PREFERENCE
 class Status(str, Enum):
     LIVE = "live"
     ARCHIVED = "archived"
+
+
+#: How a memory was placed: under the branch it reads closest to, or under the
+#: active node because no branch was close enough.
+PlacedBy = Literal["branch", "active"]
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a memory written with ``parent=AUTO`` goes, and why.
+
+    ``parent_id`` is the node it goes under (None: the top); ``by`` is ``"branch"``
+    when the located branch was close enough (its head is the parent), ``"active"``
+    when it was not and the memory went under the active node. ``branch_id`` and
+    ``score`` are the best branch located whether or not it was taken (None and 0
+    when no branch holds a candidate); ``runner_up_id`` and ``runner_up_score`` the
+    second; ``threshold`` the ``write.place_min`` it was held to.
+    """
+
+    parent_id: str | None
+    by: PlacedBy
+    branch_id: str | None
+    score: float
+    runner_up_id: str | None
+    runner_up_score: float
+    threshold: float
+
+    @property
+    def margin(self) -> float:
+        """How far the best branch scored above the runner-up (0 with one branch or none)."""
+        return self.score - self.runner_up_score if self.runner_up_id is not None else 0.0
+
+    def explain(self) -> str:
+        """One line a person can read: where the memory goes and why."""
+        if self.branch_id is None:
+            why = "no branch holds a candidate"
+        else:
+            why = f"best branch {self.branch_id} score={self.score:.3f} (place_min {self.threshold:.3f})"
+            if self.runner_up_id is not None:
+                why += f", runner-up {self.runner_up_id} score={self.runner_up_score:.3f}"
+        where = self.parent_id if self.parent_id is not None else "the top"
+        return f"placed by {self.by} under {where}: {why}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The placement as JSON-ready values (the command line, HTTP and MCP answers)."""
+        return {"parent_id": self.parent_id, "by": self.by, "branch_id": self.branch_id,
+                "score": round(self.score, 6), "runner_up_id": self.runner_up_id,
+                "runner_up_score": round(self.runner_up_score, 6), "threshold": self.threshold}
 
 
 @dataclass(frozen=True)
@@ -58,6 +105,9 @@ class Node:
     #: True when ``add`` found a near-identical live node and reinforced it instead
     #: of creating a twin; this node is then the existing one.
     merged: bool = False
+    #: Where a memory written with ``parent=AUTO`` went and why (None otherwise;
+    #: not stored: the answer of the write that placed it).
+    placement: Placement | None = field(default=None, compare=False)
 
     @property
     def written_at(self) -> float:
@@ -185,13 +235,13 @@ class RecoveryState:
     replayed: int
     live_nodes: int
     #: What the open found wrong and could not fix by itself (a missing index
-    #: folder, a corrupt log entry, an unreachable index). ``repair()`` fixes them.
+    #: folder, a corrupt log entry, an unreachable index). ``admin.repair()`` fixes them.
     problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Drift:
-    """How far the vector index is from the relational truth (``verify()``)."""
+    """How far the vector index is from the relational truth (``admin.verify()``)."""
 
     #: Live nodes without a vector.
     missing: tuple[str, ...] = ()

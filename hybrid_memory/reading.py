@@ -1,6 +1,6 @@
 """What MemoryTree reads without changing anything, retrieval aside: a node's
 children and path, the whole tree, the active node, and where the memory stands
-(``recover()`` and ``stats()``).
+(``recover()`` and ``admin.stats()``).
 
 Invariant: one read transaction per answer, so its parts agree with each other.
 """

@@ -4,6 +4,8 @@ a chosen point, or to look at its retriever, without touching its private attrib
 Give a :class:`Faults` to ``MemoryTree.open(..., faults=faults)`` (or the constructor's
 ``faults=``). Invariant: a tree opened without one behaves exactly as one opened with
 a ``Faults`` whose ``hook`` is None; nothing here is read at import time.
+:func:`abandon_graphs` leaves a vector index's in-process graphs as a killed process
+would (their counters are read through :attr:`ChromaIndex.graphs`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from typing import Final
 
 from .retrieval import Retriever
+from .store.vectors import ChromaIndex, collection_name
 
 #: The named points of the write path, in the order a write reaches them:
 #: ``"add_many_item"`` after each new node a batch gathers (inside its transaction),
@@ -50,3 +53,13 @@ class Faults:
         """The retriever of the tree opened with these faults (None before one is; read
         only): its row cache (``rows``), its query thread (``query_thread``)."""
         return self._retriever
+
+
+def abandon_graphs(index: ChromaIndex) -> None:
+    """Leave ``index``'s in-process graphs as a process killed now would: their threads
+    stop and no copy of theirs is saved, now or when the index closes (a saved copy
+    from before stays, at the generation it was saved at). The index itself still
+    works, Chroma answering its queries. Nothing happens when its graphs are off."""
+    graphs = index.graphs
+    if graphs is not None:
+        graphs.close(collection_name, save=False)

@@ -3,6 +3,8 @@
 
 A facade: each method checks its arguments and role, runs its change in one store
 transaction (steps in writing.py, editing.py, ...), then what follows the commit.
+The operator's operations (verify, repair, reindex, key rotation, erasing a subtree
+or the namespace, export, import, stats) are on ``mem.admin`` (admin.py).
 Invariants: the store commits first, the index's writes wait in the outbox; a closed
 handle refuses every call."""
 
@@ -20,6 +22,7 @@ from typing import Any, overload
 
 from . import _validate as check
 from . import context, opening, portability, reading, safety
+from .admin import Admin
 from .config import Config
 from .crypto import Keyring
 from .editing import Editor
@@ -29,9 +32,9 @@ from .errors import ClosedError, InvalidInputError, InvalidTypeError, NamespaceE
 from .forgetting import forgetting_weights, limits
 from .items import NodeRef, ParentRef, Root, feedback_values, prepare_many, update_values
 from .leftovers import Leftovers
-from .model import Checkpoint, Drift, ForgetReport, Node, NodeType, Recall, RecoveryState, Stats
-from .progress import counting_bar, progress_bar, reporting
-from .recovery import AppliedFirst, IndexBatch, drain_outbox, reindex, repair, verify
+from .model import Checkpoint, ForgetReport, Node, NodeType, Placement, Recall, RecoveryState
+from .placement import Placer
+from .recovery import AppliedFirst, IndexBatch, drain_outbox
 from .retrieval import Retriever
 from .store.schema import node_from_row
 from .store.sql import SqlStore
@@ -46,6 +49,8 @@ class MemoryTree:
     """A weighted memory tree for one namespace (tenant) and one agent session.
 
     Open it with :meth:`open`; use it as a context manager or call :meth:`close`.
+    Maintenance (verify, repair, reindex, rotate_key, erase, erase_namespace, export,
+    import_, stats) is on :attr:`admin`.
     """
 
     def __init__(self, *, store: SqlStore, index: VectorIndex, embedder: Embedder, namespace: str = "default",
@@ -80,6 +85,8 @@ class MemoryTree:
         self._paths = context.PathVectors()  # the paths this handle embedded, by their text
         self._retriever = Retriever(store, index, embedder, self.config, self.namespace, session=self.session,
                                     pending=lambda: self._reads.pending, embed_later=self._worker.later)
+        self._placer = Placer(embed=embedder.embed, locate=self._retriever.locate_branches,
+                              active=self._active_id, threshold=self.config.write.place_min)
         self._writer = Writer(store=store, index=index, embedder=embedder, config=self.config,
                               namespace=self.namespace, session=self.session, clock=clock)
         self._writer.fault = self._fault
@@ -91,6 +98,13 @@ class MemoryTree:
         self._left.heal()  # what a crash left
         self._replayed = drain_outbox(store, index, self.namespace)
         self._problems = self._left.problems()
+        #: The maintenance operations (:class:`hybrid_memory.admin.Admin`): verify,
+        #: repair, reindex, rotate_key, erase, erase_namespace, export, import_, stats.
+        self.admin = Admin(store=store, index=index, namespace=self.namespace, session=self.session, role=self.role,
+                           folder=folder, clock=clock, batch=self._batch, leftovers=self._left, editor=self._editor,
+                           reads=self._reads, fault=self._fault, live_check=self._live_check, flush=self.flush,
+                           delete=self.delete, settle_erasure=self._settle_erasure, recheck=self._recheck,
+                           host=self._host, audit=self._audit)
 
     @classmethod
     def open(
@@ -197,6 +211,16 @@ class MemoryTree:
         self._live_check()
         return reading.active(self.store, self.namespace, self.session)
 
+    def _active_id(self) -> str | None:
+        active = reading.active(self.store, self.namespace, self.session)
+        return active.id if active is not None and active.live else None
+
+    def place(self, content: str) -> Placement:
+        """Where a memory of ``content`` written with ``parent=AUTO`` would go, and why
+        (see :mod:`hybrid_memory.placement`). Writes nothing."""
+        self._live_check()
+        return self._placer.place(check.content(content, self.config.write.max_content_chars))
+
     def weight(self, node: Node, now: float | None = None, *, forgetting: bool = False) -> float:
         """The node's weight at ``now`` (default: the clock), reads not yet written included.
 
@@ -224,7 +248,9 @@ class MemoryTree:
         """Write one memory and return it.
 
         ``parent=None`` hangs it under the active node (a new root if there is none);
-        ``parent=ROOT`` starts a new tree. A near-identical live memory of the same
+        ``parent=ROOT`` starts a new tree; ``parent=AUTO`` puts it under the task
+        branch it reads closest to (the node's ``placement`` says where and why; see
+        :meth:`place`). A near-identical live memory of the same
         type in the same branch is reinforced instead: the existing node comes back
         with ``merged=True``.
         """
@@ -243,24 +269,19 @@ class MemoryTree:
         prepared = prepare_many(items, self.config, self._clock)
         if not prepared:
             return []
+        prepared, placements, contents = self._placer.resolve(prepared)  # parent=AUTO
         paths = self._writer.paths(prepared)
-        texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)], self._paths)
+        texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)],
+                                      self._paths, contents)
         vectors = self._worker.vectors(texts, combine, len(prepared))
         written = self._reads.write_with(lambda conn: self._writer.write_batch(conn, prepared, vectors, paths))
         self._writer.settle(written)  # the vectors of what was committed before them
         if written.misread:
             self._left.embed(strict=True)
-        result = written.nodes
+        result = [replace(n, placement=placements[i]) if i in placements else n for i, n in enumerate(written.nodes)]
         self._left.cut(n for n in result if not n.merged)
         self._batch.add(sum(not n.merged for n in result))  # a merge writes no vector
         return result
-
-    def is_twin(self, a: str, b: str, cosine: float) -> bool:
-        """Whether two contents are near-identical by the dedup rule: they hold the same
-        figures (numbers, dates, ids), their lexical overlap reaches ``dedup.lexical``
-        and their blended similarity (the cosine trusted as far as the embedder covers
-        both texts) reaches ``dedup.similarity``."""
-        return self._writer.is_twin(check.text_arg(a, "a"), check.text_arg(b, "b"), check.finite(cosine, "cosine"))
 
     @check.requires("write")
     def update(
@@ -359,7 +380,7 @@ class MemoryTree:
         self._batch.add()
         return ids
 
-    # -- portability: time travel, export, import (logic in portability/) ----------
+    # -- portability: time travel (logic in portability/; export, import: admin) ----
 
     def _host(self) -> portability.Host:
         """This handle as time travel, export and import use it."""
@@ -409,25 +430,6 @@ class MemoryTree:
             return self.rewind(seq=seq, as_of=as_of)
         return self.unarchive(node)
 
-    def export(self, path: str | os.PathLike[str], *, include_log: bool = False) -> portability.Transfer:
-        """Write this namespace to ``path`` as a portable JSON Lines snapshot: nodes
-        (with their embeddings), cursors, checkpoints and, with ``include_log``, the
-        operation log. Written atomically."""
-        self._live_check()
-        done = portability.export(self._host(), path, include_log=include_log)
-        self._audit("export", [], {"nodes": done.nodes, "checkpoints": done.checkpoints, "ops": done.ops})
-        return done
-
-    @check.requires("admin")
-    def import_(self, path: str | os.PathLike[str]) -> portability.Transfer:
-        """Load a snapshot written by :meth:`export` into this memory, which must be
-        empty (:class:`ConflictError` otherwise), id for id, in one transaction."""
-        self._live_check()
-        done = portability.import_(self._host(), path)
-        self._left.out_of_context = self._left.read_in_context()
-        self._left.uncut = self._left.cut_all()
-        return done
-
     @check.requires("write")
     def delete(self, node: NodeRef) -> list[str]:
         """Erase a node and its whole subtree everywhere: rows, lexical and vector
@@ -438,38 +440,9 @@ class MemoryTree:
         self._batch.add()
         return ids
 
-    @check.requires("admin")
-    def erase(self, node: NodeRef, *, compact: bool = True) -> list[str]:
-        """Erase a node and its subtree everywhere and leave no bytes of it on disk:
-        :meth:`delete` (rows, lexical terms, the content kept in the operation log),
-        the vectors removed from the index now rather than with the next batch, then
-        the store compacted (SQLite: VACUUM and a truncated WAL; PostgreSQL: VACUUM
-        FULL). The audit trail records the erasure by id only. ``compact=False``
-        leaves the compaction to a later ``hybrid-memory compact`` (erasing many
-        subtrees one after another)."""
-        check.flag(compact, "compact")  # before anything is deleted
-        ids = self.delete(node)
-        self._settle_erasure(compact)
-        return ids
-
-    @check.requires("admin")
-    def erase_namespace(self, *, compact: bool = True) -> int:
-        """Erase this whole namespace (tenant) everywhere: its nodes, terms, operation
-        log, outbox, cursors, checkpoints and settings, its vectors, then compact the
-        store as :meth:`erase` does. The handle stays open on the now empty namespace.
-        Returns how many nodes were erased."""
-        self._live_check()
-        check.flag(compact, "compact")
-        self._reads.pending.clear()
-        now = self._clock()
-        n = self.store.write(lambda conn: self._editor.erase_namespace(conn, now))
-        self._settle_erasure(compact)
-        drop = getattr(self._index, "drop", None)
-        if callable(drop):
-            drop(self.namespace)  # the collection's own files go too
-        return n
-
     def _settle_erasure(self, compact: bool) -> None:
+        """After erased rows (``admin.erase``, ``admin.erase_namespace``): the buffered
+        reads written, the vectors' deletes applied now, the store compacted or not."""
         if not isinstance(compact, bool):
             raise InvalidTypeError("compact must be true or false")
         self._reads.flush()
@@ -478,17 +451,6 @@ class MemoryTree:
             self._retriever.rows.clear()  # (the next query would drop them: not kept until then)
         if compact:
             safety.compact(self.store)
-
-    @check.requires("admin")
-    def rotate_key(self, *, progress: bool = False) -> safety.Rotation:
-        """Reseal the whole store (every namespace) under the first key of the keyring
-        this memory was opened with; see :func:`hybrid_memory.safety.rotate_key`."""
-        self._live_check()
-        self.flush()
-        with reporting(progress_bar(None, "rotate-key") if progress else None, advance=False) as report:
-            rotation = safety.rotate_key(self.store, progress=report)
-        self._left.uncut = self._left.cut_all()  # (the content hashes are keyed: the passages follow)
-        return rotation
 
     @check.requires("write")
     def forget(
@@ -552,33 +514,9 @@ class MemoryTree:
 
     # -- recovery and observation ---------------------------------------------------
 
-    def verify(self) -> Drift:
-        """Compare the vector index with the relational truth (changes nothing)."""
-        self._live_check()
-        self._batch.apply()  # this handle's writes waiting for their batch are not drift
-        return verify(self.store, self._index, self.namespace)
-
-    @check.requires("admin")
-    def repair(self) -> Drift:
-        """Replay pending index work, then make the index match the relational truth
-        and mark unreadable log entries. Returns the drift that was found."""
-        self._live_check()
-        self._batch.waiting = 0
-        waiting = self._left.heal(waiting=True)
-        drift = repair(self.store, self._index, self.namespace, self._fault)
+    def _recheck(self) -> None:
+        """Take again the problems :meth:`recover` reports (after a repair or reindex)."""
         self._problems = self._left.problems()
-        return replace(drift, out_of_context=waiting)
-
-    @check.requires("admin")
-    def reindex(self, *, progress: bool = False) -> int:
-        """Rebuild this namespace's vector index from the stored embeddings.
-        Returns the number of vectors written; ``progress`` shows a bar."""
-        self._live_check()
-        with reporting(counting_bar("reindex", "node") if progress else None, advance=True) as report:
-            self._batch.apply()
-            written = reindex(self.store, self._index, self.namespace, progress=report)
-        self._problems = self._left.problems()
-        return written
 
     def recover(self) -> RecoveryState:
         """Where this session stands: the active node, its path, the latest task
@@ -586,11 +524,3 @@ class MemoryTree:
         self._live_check()
         return reading.recovery_state(self.store, self.namespace, self.session, replayed=self._replayed,
                                      problems=self._problems)
-
-    def stats(self) -> Stats:
-        """Sizes and shape of the memory, for a dashboard or the command line."""
-        self._live_check()
-        # The files are the whole store's, every namespace's: an operator's figure. A
-        # read or write handle (a tenant's) would learn from it how much others wrote.
-        return reading.stats(self.store, self.namespace, self.session,
-                            folder=self.folder if self.role == "admin" else None)

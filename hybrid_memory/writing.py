@@ -34,9 +34,9 @@ from .errors import (
 )
 from .ids import new_node_id
 from .items import ROOT as ROOT
+from .items import Auto, Prepared, prepare
 from .items import NodeRef as NodeRef
 from .items import ParentRef as ParentRef
-from .items import Prepared, prepare
 from .items import Root as Root
 from .items import to_json as to_json
 from .model import SUPERSEDING, Node, NodeType, Status, path_ids
@@ -48,6 +48,7 @@ from .store.vectors import VectorIndex
 log = logging.getLogger("hybrid_memory")
 
 R = TypeVar("R", Row[Any], RowMap)
+T = TypeVar("T")
 
 
 class Writer:
@@ -112,24 +113,30 @@ class Writer:
                 return ()
             return (*above[row.path], row.content)
 
-        current = under(active, live=True)
+        current = under(active, live=True)  # (moved by each new task that takes the focus)
+
+        def now_active() -> context.Path:
+            return current
+
+        def named(node: NodeRef) -> context.Path:
+            return under(node.id if isinstance(node, Node) else node)
+
         by_key: dict[str, context.Path] = {}
         out: list[context.Path] = []
         for p in prepared:
-            if isinstance(p.parent, Root):
-                path: context.Path = ()
-            elif p.parent is None:
-                path = current
-            elif isinstance(p.parent, str) and p.parent in by_key:
-                path = by_key[p.parent]
-            else:
-                path = under(p.parent.id if isinstance(p.parent, Node) else p.parent)
+            path = choose_parent(p.parent, root=(), active=now_active, by_key=by_key, named=named)
             out.append(path)
             if p.key is not None:
                 by_key[p.key] = (*path, p.content)
-            if p.type is NodeType.TASK and self.config.write.focus_new_tasks:
+            if self.takes_focus(p):
                 current = (*path, p.content)
         return out
+
+    def takes_focus(self, p: Prepared) -> bool:
+        """Whether ``p``, once written, is the session's active node (the one the
+        items after it without a parent go under): a new task, with
+        ``write.focus_new_tasks``."""
+        return p.type is NodeType.TASK and self.config.write.focus_new_tasks
 
     def write_batch(self, conn: Connection, prepared: Sequence[Prepared],
                     vectors: np.ndarray[Any, Any] | Embedding, paths: Sequence[context.Path]) -> Written:
@@ -199,7 +206,7 @@ class Writer:
             return
         row, branch = self._new_row(b, p, vec, parent_row, path_read)
         payload = {k: v for k, v in row.items() if k not in ("embedding",)}
-        focus = p.type is NodeType.TASK and cfg.write.focus_new_tasks
+        focus = self.takes_focus(p)
         if focus:
             payload["focus"] = True  # portability: replay moves the cursor too
         b.pending.add(row, counts, path_ids(row["path"])[:-1], payload, focus=focus)
@@ -328,25 +335,27 @@ class Writer:
                 fanout[parent_id] = self.store.tree.child_count(conn, self.namespace, parent_id, cfg.write.max_children)
             if cfg.dedup.enabled and parent_row is not None and p.type is not NodeType.TASK:
                 seen.read_group(seen.branch_info(parent_row)[0], p.type.value, cfg.dedup.candidates)
-            if p.type is NodeType.TASK and cfg.write.focus_new_tasks:
+            if self.takes_focus(p):
                 return  # the items after it may go under it
 
     def _resolve_parent(
         self, seen: Seen, ref: ParentRef, by_key: Mapping[str, RowMap], active_id: str | None
     ) -> RowMap | None:
-        if isinstance(ref, Root):
-            return None
-        if ref is None:
+        """The row of the node an item naming ``ref`` goes under (:func:`choose_parent`),
+        None for the top; an unknown parent raises."""
+        def active() -> RowMap | None:
             if active_id is None:
                 return None
             row = seen.parent(active_id, strict=False)
             return row if row is not None and row["status"] == Status.LIVE.value else None
-        if isinstance(ref, str) and ref in by_key:
-            return by_key[ref]
-        try:
-            return seen.parent(self.node_id(ref))
-        except NotFoundError as exc:
-            raise NotFoundError(f"unknown parent: {exc}") from None
+
+        def named(node: NodeRef) -> RowMap | None:
+            try:
+                return seen.parent(self.node_id(node))
+            except NotFoundError as exc:
+                raise NotFoundError(f"unknown parent: {exc}") from None
+
+        return choose_parent(ref, root=None, active=active, by_key=by_key, named=named)
 
     def branch_info(self, conn: Connection, parent: RowMap) -> tuple[str, bool]:
         head = parent["branch_id"]
@@ -375,10 +384,6 @@ class Writer:
         if fanout[parent_id] > cfg.max_children:
             where = f"node {parent_id}" if parent_id is not None else "the root"
             raise InvalidInputError(f"{where} would have more than {cfg.max_children} children (write.max_children)")
-
-    def is_twin(self, a: str, b: str, cosine: float) -> bool:
-        """Whether two contents are near-identical by the dedup rule (:meth:`Dedup.is_twin`)."""
-        return self.dedup.is_twin(a, b, cosine)
 
     def _reinforce(self, conn: Connection, twin: RowMap, p: Prepared) -> Node:
         d = self.config.dedup
@@ -526,6 +531,26 @@ class _Pending:
                 if w.config.write.checkpoint_on_focus:
                     store.sessions.add_checkpoints(conn, ns, session, [(i, seqs[at], t, "focus") for at, i, t in self._focus])
         self._nodes, self._terms, self._log, self._touch, self._focus = [], [], [], {}, []
+
+
+def choose_parent(ref: ParentRef, *, root: T, active: Callable[[], T], by_key: Mapping[str, T],
+                  named: Callable[[NodeRef], T]) -> T:
+    """Where an item naming ``ref`` as its parent goes: the one rule, for the write
+    (:meth:`Writer.write_batch`, in rows) and for the paths read before it
+    (:meth:`Writer.paths`). ``ROOT``: at the top (``root``); no parent: under the
+    session's active node (``active()``, asked only then); the key of an earlier item
+    of the batch: under that item (``by_key``); any other node or id: under that node
+    (``named``). ``AUTO`` is resolved before a write reaches this
+    (:class:`hybrid_memory.placement.Placer`)."""
+    if isinstance(ref, Auto):
+        raise TypeError("parent=AUTO must be placed before the write")
+    if isinstance(ref, Root):
+        return root
+    if ref is None:
+        return active()
+    if isinstance(ref, str) and ref in by_key:
+        return by_key[ref]
+    return named(ref)
 
 
 def branch_info_for(node_id: str, ntype: NodeType, parent: tuple[str, bool] | None, mode: str) -> tuple[str, bool]:

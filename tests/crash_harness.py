@@ -182,7 +182,7 @@ def check(folder: Path, trials: list[Trial], embedder: Any = None) -> list[str]:
         for n in nodes.values():
             if n.live and n.parent_id is not None and n.parent_id not in live:
                 problems.append(f"orphan: live node {n.id} has no live parent {n.parent_id}")
-        drift = mem.verify()
+        drift = mem.admin.verify()
         if not drift.clean:
             problems.append(f"index drift after recovery: {drift}")
         active = mem.active

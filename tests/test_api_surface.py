@@ -1,18 +1,22 @@
-"""Pins the public surface of hybrid_memory: what is exported, what MemoryTree offers,
-and which arguments are keyword-only. A change here is a change to the API."""
+"""Pins the public surface of hybrid_memory: what is exported, what MemoryTree and its
+``admin`` offer, and which arguments are keyword-only. A change here is a change to the API."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 
 import pytest
 
 import hybrid_memory
-from hybrid_memory import MemoryTree, errors
+from hybrid_memory import Admin, MemoryTree, errors
 
 EXPECTED_ALL = [
+    "AUTO",
     "AccessDeniedError",
+    "Admin",
+    "Auto",
     "BranchScore",
     "Checkpoint",
     "ChromaIndex",
@@ -36,6 +40,7 @@ EXPECTED_ALL = [
     "Node",
     "NodeType",
     "NotFoundError",
+    "Placement",
     "ROOT",
     "Recall",
     "RecoveryState",
@@ -53,12 +58,13 @@ EXPECTED_ALL = [
 
 DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
-    "unarchive", "rewind", "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "stats", "get",
-    "children", "path", "nodes", "close", "flush", "weight", "is_twin",
-    "verify", "repair", "reindex",
-    "export", "import_",  # portability
-    "erase", "erase_namespace", "rotate_key",  # safety
+    "unarchive", "rewind", "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "get",
+    "children", "path", "nodes", "close", "flush", "weight", "place",
 ]
+
+# mem.admin: the maintenance operations.
+ADMIN_METHODS = ["verify", "repair", "reindex", "rotate_key", "erase", "erase_namespace", "export", "import_",
+                 "stats"]
 
 # The keyword options of each call, in order. Every one must be keyword-only.
 KEYWORD_OPTIONS = {
@@ -69,11 +75,20 @@ KEYWORD_OPTIONS = {
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
     "restore": (["node"], ["seq", "as_of"]),  # deprecated: unarchive / rewind
     "rewind": ([], ["seq", "as_of"]),  # portability: time travel
-    "export": (["path"], ["include_log"]),  # portability
     "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
                        "key", "role", "actor", "faults"]),
+}
+
+ADMIN_KEYWORD_OPTIONS = {
+    "verify": ([], []),
+    "repair": ([], []),
+    "reindex": ([], ["progress"]),
+    "rotate_key": ([], ["progress"]),
     "erase": (["node"], ["compact"]),
     "erase_namespace": ([], ["compact"]),
+    "export": (["path"], ["include_log"]),  # portability
+    "import_": (["path"], []),  # portability
+    "stats": ([], []),
 }
 
 
@@ -135,16 +150,37 @@ def test_active_is_a_documented_read_only_property() -> None:
 def test_memory_tree_public_names_are_pinned() -> None:
     public = {name for name in dir(MemoryTree) if not name.startswith("_")}
     assert public == set(DOCUMENTED_METHODS) | {"active"}
+    assert len(public) <= 30, "issue 42: no class has more than 30 public methods"
 
 
 def test_memory_tree_is_a_context_manager() -> None:
     assert callable(MemoryTree.__enter__) and callable(MemoryTree.__exit__)
 
 
-@pytest.mark.parametrize("name", list(KEYWORD_OPTIONS))
-def test_keyword_options_are_keyword_only(name: str) -> None:
-    positional, options = KEYWORD_OPTIONS[name]
-    params = list(inspect.signature(getattr(MemoryTree, name)).parameters.values())
+@pytest.mark.parametrize("name", ADMIN_METHODS)
+def test_admin_method_exists_with_docstring(name: str) -> None:
+    member = getattr(Admin, name, None)
+    assert callable(member), f"Admin.{name} is missing"
+    doc = inspect.getdoc(member)
+    assert doc and len(doc.split()) >= 3, f"Admin.{name} needs a docstring"
+
+
+def test_admin_public_names_are_pinned() -> None:
+    public = {name for name in dir(Admin) if not name.startswith("_")}
+    assert public == set(ADMIN_METHODS)
+    assert set(ADMIN_KEYWORD_OPTIONS) == set(ADMIN_METHODS)
+
+
+def test_a_memory_has_its_admin(open_memory: Callable[..., MemoryTree]) -> None:
+    mem = open_memory()
+    assert isinstance(mem.admin, Admin) and mem.admin.role == mem.role
+
+
+@pytest.mark.parametrize(("owner", "name"), [(MemoryTree, n) for n in KEYWORD_OPTIONS]
+                         + [(Admin, n) for n in ADMIN_KEYWORD_OPTIONS])
+def test_keyword_options_are_keyword_only(owner: type, name: str) -> None:
+    positional, options = (KEYWORD_OPTIONS if owner is MemoryTree else ADMIN_KEYWORD_OPTIONS)[name]
+    params = list(inspect.signature(getattr(owner, name)).parameters.values())
     if params and params[0].name in ("self", "cls"):
         params = params[1:]
     assert [p.name for p in params] == positional + options

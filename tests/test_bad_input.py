@@ -35,6 +35,7 @@ from hybrid_memory import (
     StorageError,
     errors,
 )
+from hybrid_memory.dedup import is_twin
 
 NOW = 1_750_000_000.0
 MISSING_ID = "0123456789abcdef"
@@ -67,7 +68,7 @@ def snapshot(mem: MemoryTree) -> dict[str, Any]:
     return {
         "nodes": nodes,
         "active": None if active is None else active.id,
-        "log_seq": mem.stats().log_seq,
+        "log_seq": mem.admin.stats().log_seq,
         "index": sorted(mem.index.ids(mem.namespace)),
     }
 
@@ -598,7 +599,16 @@ CLOSED_OPS: dict[str, Callable[[MemoryTree, SimpleNamespace], object]] = {
     "retrieve-active": lambda m, n: m.retrieve(),
     "checkpoint": lambda m, n: m.checkpoint("after close"),
     "recover": lambda m, n: m.recover(),
-    "stats": lambda m, n: m.stats(),
+    "stats": lambda m, n: m.admin.stats(),
+    "verify": lambda m, n: m.admin.verify(),
+    "repair": lambda m, n: m.admin.repair(),
+    "reindex": lambda m, n: m.admin.reindex(),
+    "rotate_key": lambda m, n: m.admin.rotate_key(),
+    "erase_namespace": lambda m, n: m.admin.erase_namespace(),
+    "erase": lambda m, n: m.admin.erase(n.train),
+    "erase-no-compact": lambda m, n: m.admin.erase(n.train, compact=False),
+    "export": lambda m, n: m.admin.export(Path(m.folder or ".") / "closed.jsonl"),
+    "import_": lambda m, n: m.admin.import_(Path(m.folder or ".") / "closed.jsonl"),
     "get": lambda m, n: m.get(n.hotel),
     "children": lambda m, n: m.children(n.trip),
     "path": lambda m, n: m.path(n.train),
@@ -839,19 +849,26 @@ HOSTILE_CASES = [
          lambda m, n: m.add("short", type="fact", parent=n.trip, meta={"m": "z" * 1_000_001})),
     case("k-deeply-nested", InvalidInputError, lambda m, n: m.retrieve("hotel", k=_nested(1000))),
     case("now-deeply-nested", InvalidTypeError, lambda m, n: m.weight(n.hotel, now=_nested(1000))),
-    case("erase-compact-not-bool", InvalidTypeError, lambda m, n: m.erase(n.billing, compact={})),  # type: ignore[arg-type]
-    case("erase-namespace-compact-not-bool", InvalidTypeError, lambda m, n: m.erase_namespace(compact="yes")),  # type: ignore[arg-type]
+    case("erase-compact-not-bool", InvalidTypeError, lambda m, n: m.admin.erase(n.billing, compact={})),  # type: ignore[arg-type]
+    case("erase-namespace-compact-not-bool", InvalidTypeError, lambda m, n: m.admin.erase_namespace(compact="yes")),  # type: ignore[arg-type]
     case("forget-delete-not-bool", InvalidTypeError, lambda m, n: m.forget(max_nodes=1, delete="no")),  # type: ignore[arg-type]
     case("forget-dry-run-not-bool", InvalidTypeError, lambda m, n: m.forget(max_nodes=1, dry_run="no")),  # type: ignore[arg-type]
     case("nodes-include-archived-not-bool", InvalidTypeError, lambda m, n: m.nodes(include_archived="x")),  # type: ignore[arg-type]
     case("update-version-a-string", InvalidTypeError,
          lambda m, n: m.update(n.hotel, importance=0.5, expected_version="1")),  # type: ignore[arg-type]
-    case("is-twin-not-text", InvalidTypeError, lambda m, n: m.is_twin("a", 5, 0.5)),  # type: ignore[arg-type]
-    case("is-twin-bytes", InvalidTypeError, lambda m, n: m.is_twin("a", b"a", 0.5)),  # type: ignore[arg-type]
-    case("is-twin-cosine-a-string", InvalidTypeError, lambda m, n: m.is_twin("a", "a", "x")),  # type: ignore[arg-type]
-    case("export-under-a-file", InvalidInputError, lambda m, n: m.export(Path(__file__) / "x.jsonl")),
-    case("export-name-too-long", InvalidInputError, lambda m, n: m.export(Path(m.folder or ".") / ("x" * 300))),
-    case("export-nul-in-path", InvalidInputError, lambda m, n: m.export("a\x00b.jsonl")),
+    case("is-twin-not-text", InvalidTypeError, lambda m, n: is_twin("a", 5, 0.5, config=m.config, embedder=m.embedder)),  # type: ignore[arg-type]
+    case("is-twin-bytes", InvalidTypeError, lambda m, n: is_twin("a", b"a", 0.5, config=m.config, embedder=m.embedder)),  # type: ignore[arg-type]
+    case("is-twin-cosine-a-string", InvalidTypeError, lambda m, n: is_twin("a", "a", "x", config=m.config, embedder=m.embedder)),  # type: ignore[arg-type]
+    case("export-under-a-file", InvalidInputError, lambda m, n: m.admin.export(Path(__file__) / "x.jsonl")),
+    case("export-name-too-long", InvalidInputError, lambda m, n: m.admin.export(Path(m.folder or ".") / ("x" * 300))),
+    case("export-nul-in-path", InvalidInputError, lambda m, n: m.admin.export("a\x00b.jsonl")),
+    case("export-path-not-a-path", InvalidTypeError, lambda m, n: m.admin.export(5)),  # type: ignore[arg-type]
+    case("export-include-log-not-bool", InvalidTypeError,
+         lambda m, n: m.admin.export(Path(m.folder or ".") / "x.jsonl", include_log="yes")),  # type: ignore[arg-type]
+    case("import-nul-in-path", InvalidInputError, lambda m, n: m.admin.import_("a\x00b.jsonl")),
+    case("import-a-folder", InvalidInputError, lambda m, n: m.admin.import_(Path(__file__).parent)),
+    case("import-path-bytes", InvalidTypeError, lambda m, n: m.admin.import_(b"x.jsonl")),  # type: ignore[arg-type]
+    case("erase-unknown-node", NotFoundError, lambda m, n: m.admin.erase("no-such-node")),
 ]
 
 
@@ -869,7 +886,7 @@ def test_meta_at_the_nesting_limit_is_kept_and_reads_back(open_memory: Callable[
     node = mem.add("deep but allowed", type="task", meta={"d": _nested(62)})
     assert mem.get(node.id).meta == {"d": _nested(62)}
     assert len(mem.nodes()) == 1
-    assert mem.export(Path(mem.folder or ".") / "x.jsonl").nodes == 1  # type: ignore[operator]
+    assert mem.admin.export(Path(mem.folder or ".") / "x.jsonl").nodes == 1  # type: ignore[operator]
 
 
 def test_open_refuses_arguments_of_the_wrong_type(tmp_path: Path, embedder: Any) -> None:
@@ -888,12 +905,12 @@ def test_open_refuses_arguments_of_the_wrong_type(tmp_path: Path, embedder: Any)
 def test_import_of_a_deeply_nested_line_is_a_bad_snapshot(open_memory: Callable[..., MemoryTree], tmp_path: Path) -> None:
     mem = open_memory()
     mem.add("one", type="task")
-    mem.export(tmp_path / "ok.jsonl")
+    mem.admin.export(tmp_path / "ok.jsonl")
     header = (tmp_path / "ok.jsonl").read_text().splitlines()[0]
     (tmp_path / "deep.jsonl").write_text(header + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     other = open_memory(namespace="u")
     with pytest.raises(InvalidInputError, match="nested too deeply"):
-        other.import_(tmp_path / "deep.jsonl")
+        other.admin.import_(tmp_path / "deep.jsonl")
     assert other.nodes() == []
 
 
@@ -953,5 +970,5 @@ def test_an_export_never_overwrites_the_memorys_own_files(open_memory: Callable[
         targets += [folder / "memory.db", folder / "memory.db-wal"]
     for target in targets:
         with pytest.raises(InvalidInputError, match="own files"):
-            mem.export(target)
+            mem.admin.export(target)
     assert [n.content for n in mem.nodes()] == ["still here"]

@@ -121,7 +121,7 @@ def test_errors_map_to_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: 
     code, _, err = run(capsys, folder, "add", "x", "-t", "event", "--importance", "nan")
     assert code == 2 and "invalid_weight" in err
     with MemoryTree.open(folder, namespace="b") as mem:
-        assert mem.stats().live == 0  # nothing written by the failed calls
+        assert mem.admin.stats().live == 0  # nothing written by the failed calls
 
 
 def test_cli_as_a_process(tmp_path: Path) -> None:

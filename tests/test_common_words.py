@@ -114,13 +114,13 @@ def test_a_handle_scores_as_a_fresh_one_after_the_live_set_changes(open_memory: 
 
     first = answer(mem)
     with mem.store.reading() as conn:
-        assert retriever.live_count(conn) == mem.stats().live == len(TICKETS) + len(ORDERS)
+        assert retriever.live_count(conn) == mem.admin.stats().live == len(TICKETS) + len(ORDERS)
     notes = [n for n in mem.nodes() if n.content.startswith("工单备注")]
     for change in (lambda: mem.archive(notes[0]), lambda: mem.delete(notes[1]),
                    lambda: mem.add("工单备注：酒店发票已补交", type="event", parent=notes[2].parent_id)):
         change()
         with mem.store.reading() as conn:
-            assert retriever.live_count(conn) == mem.stats().live
+            assert retriever.live_count(conn) == mem.admin.stats().live
         mine = answer(mem)
         other = open_memory(folder=folder)
         assert _agree(mine, answer(other))

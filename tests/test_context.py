@@ -67,7 +67,7 @@ def test_a_vector_is_the_content_with_its_ancestors_path_added(open_memory, case
     batch = mem.add_many([{"key": "s", "content": case["step"], "type": "task", "parent": ROOT},
                           {"content": case["detail"], "type": "event", "parent": "s"}])
     np.testing.assert_allclose(stored(mem, batch[1].id), read_in(mem, case["detail"], case["step"]), atol=1e-5)
-    assert mem.verify().clean
+    assert mem.admin.verify().clean
 
 
 class Counting:
@@ -133,7 +133,7 @@ def test_the_vectors_below_a_renamed_or_moved_task_follow_it(open_memory, case):
     mem.move(step, ROOT)
     np.testing.assert_allclose(stored(mem, step.id), read_in(mem, case["step"] + "!"), atol=1e-5)
     mem.flush()
-    drift = mem.verify()
+    drift = mem.admin.verify()
     assert drift.clean, drift
     hit = mem.index.query(mem.namespace, stored(mem, detail.id)[None, :], 1)[0]
     assert hit[0][0] == detail.id  # the index holds the vector that followed
@@ -150,12 +150,12 @@ def test_a_rename_whose_vectors_fail_is_kept_and_the_next_open_reads_them(open_m
     renamed = broken.update(trip.id, content=case["renamed"])  # committed: a root's vector reads no path
     assert renamed.content == case["renamed"]
     np.testing.assert_allclose(stored(broken, detail.id), before, atol=1e-6)  # kept meanwhile
-    drift = broken.verify()
+    drift = broken.admin.verify()
     assert drift.out_of_context == (detail.id,) and not drift.clean
     broken.close()
     again = open_memory(folder=folder)
     np.testing.assert_allclose(stored(again, detail.id), read_in(again, case["detail"], case["renamed"]), atol=1e-5)
-    assert again.verify().clean
+    assert again.admin.verify().clean
 
 
 def test_an_item_whose_place_changed_after_it_was_read_is_embedded_where_it_went(open_memory, clock, case):
@@ -178,7 +178,7 @@ def test_an_item_whose_place_changed_after_it_was_read_is_embedded_where_it_went
     mem.close()
     again = open_memory()
     np.testing.assert_allclose(stored(again, node.id), read_in(again, case["detail"], case["report"]), atol=1e-5)
-    assert again.verify().clean
+    assert again.admin.verify().clean
 
 
 def test_a_memory_made_before_vectors_read_their_path_is_read_again_when_opened(open_memory, case):
@@ -196,7 +196,7 @@ def test_a_memory_made_before_vectors_read_their_path_is_read_again_when_opened(
     mem.close()
     again = open_memory()
     np.testing.assert_allclose(stored(again, detail.id), read_in(again, case["detail"], case["trip"]), atol=1e-5)
-    assert again.verify().clean
+    assert again.admin.verify().clean
 
 
 def test_rewinding_a_rename_reads_the_vectors_below_with_the_earlier_name(open_memory, case):
@@ -210,16 +210,16 @@ def test_rewinding_a_rename_reads_the_vectors_below_with_the_earlier_name(open_m
     assert mem.get(trip.id).content == case["trip"]
     np.testing.assert_allclose(stored(mem, detail.id), read_in(mem, case["detail"], case["trip"]), atol=1e-5)
     mem.flush()
-    assert mem.verify().clean
+    assert mem.admin.verify().clean
 
 
 def test_an_export_carries_vectors_read_in_context_and_an_import_keeps_them(open_memory, tmp_path, case):
     mem = open_memory()
     trip = mem.add(case["trip"], type="task", parent=ROOT)
     detail = mem.add(case["detail"], type="event", parent=trip)
-    mem.export(tmp_path / "out.jsonl")
+    mem.admin.export(tmp_path / "out.jsonl")
     copy = open_memory(folder=tmp_path / "copy")
-    copy.import_(tmp_path / "out.jsonl")
+    copy.admin.import_(tmp_path / "out.jsonl")
     np.testing.assert_allclose(stored(copy, detail.id), stored(mem, detail.id), atol=1e-6)
     copy.flush()
-    assert copy.verify().clean
+    assert copy.admin.verify().clean

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybrid_memory import ROOT, MemoryTree, Node, text
+from hybrid_memory.dedup import is_twin
 
 
 def snapshot(mem: MemoryTree) -> tuple[list[str], set[str]]:
@@ -65,7 +66,7 @@ def test_near_identical_chinese_memory_reinforces_the_existing_node(mem, clock):
     before = snapshot(mem)
     near = "报销单已经提交给财务部门审批了。"
     assert text.overlap(first.content, near) >= mem.config.dedup.lexical
-    assert mem.is_twin(first.content, near, cosine(mem, first.content, near))
+    assert is_twin(first.content, near, cosine(mem, first.content, near), config=mem.config, embedder=mem.embedder)
     clock.advance(60)
     again = mem.add(near, type="state")
     assert_merged(mem, first, again, before)

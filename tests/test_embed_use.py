@@ -149,7 +149,7 @@ def test_a_memory_adds_and_retrieves_chinese_end_to_end(tmp_path: Path) -> None:
 
         stored = mem.index.vectors(mem.namespace, [rejected.id])[rejected.id]
         assert stored.shape == (512,)
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
 
     with MemoryTree.open(folder, config=USE_CONFIG) as mem:  # and after a reopen
         branch = {trip.id, *(n.id for n in mem.children(trip.id))}
@@ -170,7 +170,7 @@ def test_a_memory_refuses_an_embedder_of_another_dimension(
         assert mem.embedder.name == "universal-sentence-encoder-multilingual-3"
     with MemoryTree.open(made_by_use, config=USE_CONFIG) as mem:  # nothing was changed
         assert mem.get(node.id).content == REIMBURSE
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
 
     made_by_minilm = tmp_path / "minilm"
     with MemoryTree.open(made_by_minilm, embedder=embedder) as mem:
@@ -181,7 +181,7 @@ def test_a_memory_refuses_an_embedder_of_another_dimension(
     # The check is per namespace: each has its own collection.
     with MemoryTree.open(made_by_minilm, namespace="zh", config=USE_CONFIG) as mem:
         mem.add(TRIP, type=NodeType.EVENT)
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
 
 
 def test_an_emptied_namespace_takes_the_new_embedder(
@@ -195,7 +195,7 @@ def test_an_emptied_namespace_takes_the_new_embedder(
     with MemoryTree.open(folder, config=USE_CONFIG) as mem:
         fresh = mem.add(REIMBURSE, type=NodeType.EVENT)
         assert mem.retrieve(REIMBURSE_PARAPHRASE, k=1).nodes[0].node.id == fresh.id
-        drift = mem.verify()
+        drift = mem.admin.verify()
         assert drift.clean, drift
 
 
@@ -206,11 +206,11 @@ def test_export_and_import_moves_a_memory_to_the_new_embedder(
     with MemoryTree.open(tmp_path / "old", embedder=embedder) as mem:
         task = mem.add("处理三月份的差旅报销", type=NodeType.TASK)
         mem.add(REIMBURSE, type=NodeType.EVENT, parent=task)
-        mem.export(tmp_path / "memory.jsonl")
+        mem.admin.export(tmp_path / "memory.jsonl")
     with MemoryTree.open(tmp_path / "new", config=USE_CONFIG) as mem:
-        moved = mem.import_(tmp_path / "memory.jsonl")
+        moved = mem.admin.import_(tmp_path / "memory.jsonl")
         assert moved.nodes == moved.reembedded == 2
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
         assert mem.retrieve(REIMBURSE_PARAPHRASE, k=1).nodes[0].node.content in (REIMBURSE, "处理三月份的差旅报销")
 
 
@@ -230,4 +230,4 @@ def test_the_command_line_opens_a_use_memory_with_model(tmp_path: Path, capsys: 
     code = main(["--path", str(folder), "--model", "bundled", "stats"])
     assert code != 0 and "embedding.model" in capsys.readouterr().err
     with MemoryTree.open(folder, config=USE_CONFIG) as mem:
-        assert mem.stats().live == 2
+        assert mem.admin.stats().live == 2

@@ -33,6 +33,14 @@ def test_table_has_a_row_per_source_and_system() -> None:
                                      "| locomo | bm25 | 0.541 | 0.500 | - | 300 |"]
 
 
+def test_table_shows_placement_when_hybrid_auto_ran() -> None:
+    auto = {**figures(0.7)["hybrid"], "placement": 0.963}
+    text = suite.table({"gen-en": {**figures(0.7), "hybrid_auto": auto}})
+    assert text.splitlines()[0].endswith("| placement |")
+    assert text.splitlines()[2:] == ["| gen-en | hybrid | 0.700 | 0.500 | - | 300 | - |",
+                                     "| gen-en | hybrid_auto | 0.700 | 0.500 | - | 300 | 0.963 |"]
+
+
 def test_unknown_source_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert suite.main(["--sources", "locomo,nope", "--out", str(tmp_path)]) == 2
     assert "unknown source(s) ['nope']" in capsys.readouterr().err

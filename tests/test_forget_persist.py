@@ -253,14 +253,14 @@ def test_forget_dry_run_changes_nothing(open_memory, clock):
     clock.advance(60 * DAY)
     nodes_before = mem.nodes(include_archived=True)
     index_before = mem.index.ids(mem.namespace)
-    seq_before = mem.stats().log_seq
+    seq_before = mem.admin.stats().log_seq
     dry = mem.forget(dry_run=True)
     assert dry.dry_run and dry.archived == () and dry.deleted == ()
     assert len(dry.details) == 5
     assert dry.live_before == dry.live_after == 11
     assert mem.nodes(include_archived=True) == nodes_before
     assert mem.index.ids(mem.namespace) == index_before
-    assert mem.stats().log_seq == seq_before
+    assert mem.admin.stats().log_seq == seq_before
     # The real run does exactly what the dry run announced.
     real = mem.forget()
     assert real.details == dry.details
@@ -492,11 +492,11 @@ def test_stats_count_live_and_archived_and_the_shape_of_the_live_tree(open_memor
     mem.add(words[4], type="decision", parent=task.id)
     mem.focus(task.id)
     clock.advance(90 * 86400)
-    before = mem.stats()
+    before = mem.admin.stats()
     assert (before.live, before.archived, before.depth) == (5, 0, 3)
     assert dict(before.by_type) == {"task": 2, "fact": 1, "event": 1, "decision": 1}
     report = mem.forget(threshold=0.3)
     assert [i for i, _ in report.details] == [deep.id]
-    after = mem.stats()
+    after = mem.admin.stats()
     assert (after.live, after.archived, after.depth) == (4, 1, 2)
     assert dict(after.by_type) == {"task": 2, "fact": 1, "decision": 1}

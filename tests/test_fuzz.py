@@ -62,6 +62,7 @@ from hybrid_memory import (
 )
 from hybrid_memory.batch_reads import SCAN_LIMIT
 from hybrid_memory.cli import main as cli_main
+from hybrid_memory.dedup import is_twin
 
 NOW = 1_750_000_000.0
 EXAMPLES = int(os.environ.get("HYBRID_MEMORY_FUZZ_EXAMPLES", "40"))
@@ -430,7 +431,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, embedder: Any, module_stores
     scratch = root / "files"
     (scratch / "folder").mkdir(parents=True)
     (scratch / "file.txt").write_text("not a folder\n")
-    mem.export(scratch / "good.jsonl", include_log=True)
+    mem.admin.export(scratch / "good.jsonl", include_log=True)
     lines = (scratch / "good.jsonl").read_text(encoding="utf-8").splitlines()
     w = World(mem=mem, foreign=other.nodes(include_archived=True), open_namespace=open_namespace,
               scratch=scratch, export_lines=lines)
@@ -583,6 +584,11 @@ def bad_paths(w: World) -> SearchStrategy[Any]:
 class Op:
     method: str
     args: tuple[Arg, ...]
+    #: The call of a memory (None: its method named ``method``).
+    of: Callable[[MemoryTree], Callable[..., object]] | None = None
+
+    def bound(self, mem: MemoryTree) -> Callable[..., object]:
+        return getattr(mem, self.method) if self.of is None else self.of(mem)
 
 
 OPS: dict[str, Op] = {
@@ -605,7 +611,7 @@ OPS: dict[str, Op] = {
                             flag("delete"), flag("dry_run"), NOW_ARG)),
     "archive": Op("archive", (NODE,)),
     "delete": Op("delete", (NODE,)),
-    "erase": Op("erase", (NODE, flag("compact"))),
+    "erase": Op("erase", (NODE, flag("compact")), of=lambda mem: mem.admin.erase),
     "restore": Op("restore", (Arg("node", archived_refs, bad_refs, positional=True),
                               Arg("seq", const(st.integers(0, 50)), const(bad_counts)),
                               Arg("as_of", const(st.floats(NOW - 10, NOW + 10)), const(bad_times)))),
@@ -618,9 +624,10 @@ OPS: dict[str, Op] = {
     "is_twin": Op("is_twin", (Arg("a", const(good_texts), const(bad_contents), required=True, positional=True),
                               Arg("b", const(good_texts), const(bad_contents), required=True, positional=True),
                               Arg("cosine", const(st.floats(-1, 1)), const(bad_weights), required=True,
-                                  positional=True))),
+                                  positional=True)),
+                 of=lambda mem: functools.partial(is_twin, config=mem.config, embedder=mem.embedder)),
     "export": Op("export", (Arg("path", export_paths, bad_paths, required=True, positional=True),
-                            flag("include_log"))),
+                            flag("include_log")), of=lambda mem: mem.admin.export),
 }
 
 
@@ -695,7 +702,7 @@ def import_call(w: World, data: st.DataObject) -> tuple[str, Callable[[], object
     else:
         path = data.draw(bad_paths(w), label="path")
         shown = f"{call_text('import_', [path])} into {into}"
-    return shown, lambda: mem.import_(path), [mem] if mem is w.mem else [mem, w.mem]
+    return shown, lambda: mem.admin.import_(path), [mem] if mem is w.mem else [mem, w.mem]
 
 
 @pytest.mark.parametrize("op", [*OPS, "import_"])
@@ -715,7 +722,7 @@ def test_api_call_works_or_raises_a_typed_error_and_changes_nothing(world: World
             shown, fn, mems = import_call(w, data)
         else:
             args, kwargs = draw_call(w, data, OPS[op])
-            method = getattr(w.mem, OPS[op].method)
+            method = OPS[op].bound(w.mem)
             shown, mems = call_text(op, args, kwargs), [w.mem]
             fn = lambda: method(*args, **kwargs)  # noqa: E731
         probe(w.findings, mems, shown, fn)
@@ -723,9 +730,9 @@ def test_api_call_works_or_raises_a_typed_error_and_changes_nothing(world: World
     run()
 
     def whole() -> None:
-        drift = w.mem.verify()
+        drift = w.mem.admin.verify()
         assert drift.clean, f"the vector index drifted from the store: {drift}"
-        w.mem.export(w.scratch / "after.jsonl", include_log=True)
+        w.mem.admin.export(w.scratch / "after.jsonl", include_log=True)
         w.mem.retrieve("hotel")
 
     shown = f"verify(), export(), retrieve() after fuzzing {op}"
@@ -770,7 +777,7 @@ def test_open_works_or_raises_a_typed_error(world: World, embedder: Any) -> None
         def open_and_use() -> None:
             mem = MemoryTree.open(*args, embedder=embedder, clock=lambda: NOW, **kwargs)
             opened.append(mem)
-            mem.stats()
+            mem.admin.stats()
 
         probe(findings, [w.mem], call_text("MemoryTree.open", args, kwargs), open_and_use)
         for m in opened:
@@ -826,7 +833,7 @@ def cli_world(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> CliWor
     with MemoryTree.open(cw.folder, namespace="cli", embedder=embedder, config=config) as mem:
         populate(mem)
         cw.ids = [n.id for n in mem.nodes(include_archived=True)]
-        mem.export(files / "good.jsonl", include_log=True)
+        mem.admin.export(files / "good.jsonl", include_log=True)
     return cw
 
 
@@ -1000,7 +1007,7 @@ def test_cli_exits_with_a_documented_code_and_no_traceback(cli_world: CliWorld) 
 
 
 def shape(mem: MemoryTree) -> tuple[int, int, int, int]:
-    s = mem.stats()
+    s = mem.admin.stats()
     return s.live, s.archived, s.depth, s.log_seq
 
 
@@ -1092,22 +1099,22 @@ def test_a_chain_of_ten_thousand_levels_works_or_stops_at_max_depth(open_memory:
     check("focus", lambda: mem.focus(deepest))
     check("retrieve-active", lambda: mem.retrieve())
     check("recover", lambda: _expect(len(mem.recover().path) == depth + 1))
-    check("stats", lambda: _expect(mem.stats().depth == depth))
+    check("stats", lambda: _expect(mem.admin.stats().depth == depth))
     check("nodes", lambda: _expect(len(mem.nodes()) == len(made)))
     check("forget-dry-run", lambda: mem.forget(threshold=1.0, dry_run=True))
     check("move-to-root", lambda: _expect(mem.move(made[1], ROOT).depth == 0))
     check("move-back", lambda: _expect(mem.move(made[1], made[0]).depth == 1))
     check("archive-middle", lambda: _expect(len(mem.archive(middle)) == len(made) - len(made) // 2))
     check("restore-middle", lambda: mem.unarchive(middle))
-    check("export", lambda: _expect(mem.export(tmp_path / "deep.jsonl").nodes == len(made)))
+    check("export", lambda: _expect(mem.admin.export(tmp_path / "deep.jsonl").nodes == len(made)))
     if stores.is_sqlite:
         for args in (("tree",), ("tree", "--all"), ("stats",), ("log", "-n", "5"), ("recover",)):
             check(f"cli {' '.join(args)}", functools.partial(cli_on, tmp_path / "mem", "t", *args))
     copy = open_memory(namespace="copy", folder=tmp_path / "mem")
-    check("import", lambda: _expect(copy.import_(tmp_path / "deep.jsonl").nodes == len(made)))
+    check("import", lambda: _expect(copy.admin.import_(tmp_path / "deep.jsonl").nodes == len(made)))
     check("forget", lambda: mem.forget(threshold=1.0))
     check("delete", lambda: _expect(len(mem.delete(made[0])) == len(made)))
-    check("verify", lambda: _expect(mem.verify().clean))
+    check("verify", lambda: _expect(mem.admin.verify().clean))
     if len(made) < DEEP and not stopped:
         findings.add(("depth",), Finding("stopped short", f"{len(made)} levels",
                                          f"neither {DEEP} levels nor write.max_depth = {limit} was reached"))
@@ -1138,15 +1145,15 @@ def test_a_node_with_thousands_of_children_works_or_stops_at_max_children(open_m
     check("children", lambda: _expect({c.id for c in mem.children(hub)} == {m.id for m in made}))
     check("retrieve", lambda: _expect(mem.retrieve(f"child {n // 2}").tokens <= budget))
     check("retrieve-active", lambda: _expect(mem.retrieve().tokens <= budget))
-    check("stats", lambda: _expect(mem.stats().live == n + 1))
+    check("stats", lambda: _expect(mem.admin.stats().live == n + 1))
     check("forget-dry-run", lambda: _expect(len(mem.forget(threshold=1.0, dry_run=True).details) == n))
-    check("export", lambda: _expect(mem.export(tmp_path / "wide.jsonl").nodes == n + 1))
+    check("export", lambda: _expect(mem.admin.export(tmp_path / "wide.jsonl").nodes == n + 1))
     if stores.is_sqlite:
         for args in (("tree",), ("stats",)):
             check(f"cli {' '.join(args)}", functools.partial(cli_on, tmp_path / "mem", "t", *args))
     check("forget-cap", lambda: _expect(mem.forget(max_nodes=n // 2).live_after == n // 2))
     check("delete", lambda: _expect(len(mem.delete(hub)) == n + 1))
-    check("verify", lambda: _expect(mem.verify().clean))
+    check("verify", lambda: _expect(mem.admin.verify().clean))
     if n < WIDE and not stopped:
         findings.add(("width",), Finding("stopped short", f"{n} children", f"write.max_children = {limit}"))
     findings.check()

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree
-from hybrid_memory.accel.graph import Graph, remove_saved
+from hybrid_memory.accel.graph import Graph, Graphs, remove_saved
 from hybrid_memory.store.vectors import GRAPH_FOLDER, ChromaIndex, collection_name
+from hybrid_memory.testing import abandon_graphs
 
 NS = "t"
 
@@ -52,6 +53,25 @@ def _ids(n: int) -> list[str]:
 
 def _graph_index(folder: Path) -> ChromaIndex:
     return ChromaIndex(folder / "chroma", graphs=True)
+
+
+def _index(mem: MemoryTree) -> Any:
+    """The memory's vector index, read as the ChromaIndex under it: ``mem.index``
+    hands on what it does not have itself (``graphs``, ``wait_for_graph``)."""
+    return mem.index
+
+
+def _graphs(index: Any) -> Graphs:
+    """The index's in-process graphs, which must be on."""
+    graphs = index.graphs
+    assert isinstance(graphs, Graphs)
+    return graphs
+
+
+def _counts(index: Any) -> tuple[int, int]:
+    """(builds, loads) of the index's graphs so far."""
+    graphs = _graphs(index)
+    return graphs.builds, graphs.loads
 
 
 def _ready(index: ChromaIndex, probe: np.ndarray[Any, Any]) -> None:
@@ -160,8 +180,7 @@ def test_the_graph_answers_as_chroma_after_every_kind_of_write(tmp_path: Path, v
         _same(index, matrix, len(ids))
         index.upsert(NS, [ids[2]], matrix[2:3])  # restored
         _same(index, matrix, 6)
-        graphs = index._graphs
-        assert graphs is not None and (graphs.builds, graphs.loads) == (1, 0)
+        assert _counts(index) == (1, 0)
         assert index.wait_for_graph(NS)  # it followed every write: still the answering copy
     finally:
         index.close()
@@ -181,7 +200,7 @@ def test_a_closed_index_saves_its_graph_and_the_next_loads_it(tmp_path: Path, ve
     second = _graph_index(tmp_path)
     try:
         _ready(second, matrix[0])
-        assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
+        assert _counts(second) == (0, 1)
         assert second.query(NS, matrix, 5) == before
     finally:
         second.close()
@@ -202,7 +221,7 @@ def test_a_write_before_the_first_query_is_replayed_on_the_saved_graph(tmp_path:
     try:
         second.upsert(NS, ids[-1:], matrix[-1:])  # kept, to be replayed on the saved copy
         _ready(second, matrix[0])
-        assert second._graphs is not None and (second._graphs.builds, second._graphs.loads) == (0, 1)
+        assert _counts(second) == (0, 1)
         assert second.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
         _same(second, matrix, 5)
     finally:
@@ -223,7 +242,7 @@ def test_another_writer_makes_chroma_answer_until_a_new_copy_is_built(tmp_path: 
         # The graph lacks the other writer's node: Chroma answers, and finds it.
         assert mine.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
         assert mine.wait_for_graph(NS, timeout=60)  # a new copy, built with it
-        assert mine._graphs is not None and mine._graphs.builds == 2
+        assert _graphs(mine).builds == 2
         _same(mine, matrix, 5)
         theirs.delete(NS, ids[:1])
         assert ids[0] not in {i for i, _ in mine.query(NS, matrix[:1], len(ids))[0]}
@@ -239,12 +258,12 @@ def test_a_crash_after_a_save_never_lets_the_saved_graph_answer(tmp_path: Path, 
     crashed = _graph_index(tmp_path)
     crashed.upsert(NS, ids[-1:], matrix[-1:])  # ...and never closed: its copy is not saved
     _ready(crashed, matrix[0])
-    crashed._graphs = None  # (what a killed process leaves: nothing more is written)
+    abandon_graphs(crashed)  # (what a killed process leaves: nothing more is written)
     later = _graph_index(tmp_path)
     try:
         assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
         _ready(later, matrix[-1])
-        assert later._graphs is not None and later._graphs.builds == 1  # built, not the stale saved one
+        assert _graphs(later).builds == 1  # built, not the stale saved one
         assert later.query(NS, matrix[-1:], 1)[0][0][0] == ids[-1]
     finally:
         later.close()
@@ -274,8 +293,8 @@ def test_a_dropped_namespace_leaves_no_graph_and_others_keep_theirs(tmp_path: Pa
 
 
 def test_graphs_are_off_when_asked_and_for_a_server_url(tmp_path: Path) -> None:
-    assert ChromaIndex(tmp_path / "chroma")._graphs is None
-    assert ChromaIndex(url="http://127.0.0.1:9")._graphs is None
+    assert ChromaIndex(tmp_path / "chroma").graphs is None
+    assert ChromaIndex(url="http://127.0.0.1:9").graphs is None
     assert not ChromaIndex(url="http://127.0.0.1:9").wait_for_graph(NS)
 
 
@@ -315,17 +334,16 @@ def test_retrieval_answers_the_same_with_the_graph(open_memory: Any, tmp_path: P
                 m.archive(node)
         for q in queries:
             assert answer(with_graph, q) == answer(plain, q)
-        assert with_graph._index.wait_for_graph(with_graph.namespace, timeout=60)
-    graphs = with_graph._index._graphs
-    assert graphs is not None and graphs.builds == 1
-    assert plain._index._graphs is None
+        assert _index(with_graph).wait_for_graph(with_graph.namespace, timeout=60)
+    assert _graphs(_index(with_graph)).builds == 1
+    assert _index(plain).graphs is None
     with_graph.close()
     again = open_memory(folder=tmp_path / "graph", dedup={"enabled": False})
     again.retrieve(queries[0])
-    assert not again._index.wait_for_graph(again.namespace)  # a handle that asks once reads none
+    assert not _index(again).wait_for_graph(again.namespace)  # a handle that asks once reads none
     again.retrieve(queries[0])
-    assert again._index.wait_for_graph(again.namespace, timeout=60)
-    assert again._index._graphs.loads == 1 and again._index._graphs.builds == 0
+    assert _index(again).wait_for_graph(again.namespace, timeout=60)
+    assert _counts(_index(again)) == (0, 1)
     for q in queries:
         assert answer(again, q) == answer(plain, q)
 
@@ -344,10 +362,10 @@ def test_deleting_most_of_a_namespace_drops_the_graph_for_a_compact_one(tmp_path
         index.upsert(NS, ids, matrix)
         _ready(index, matrix[0])
         index.delete(NS, ids[:1200])
-        assert not index._graphs.ready(NS)  # type: ignore[union-attr]
+        assert not _graphs(index).ready(NS)
         index.upsert(NS, ids[:1200], matrix[:1200])
         _ready(index, matrix[0])
-        assert index._graphs.builds == 2  # type: ignore[union-attr]
+        assert _graphs(index).builds == 2
         _same(index, matrix[::50], 10)
     finally:
         index.close()
@@ -359,7 +377,7 @@ def test_too_many_writes_before_the_first_query_build_the_graph_afresh(
     up to a point; past it the saved copy is removed and a new one is built."""
     from hybrid_memory.accel import graph as graph_module
 
-    monkeypatch.setattr(graph_module, "_EARLY_MAX", 2)
+    monkeypatch.setattr(graph_module, "EARLY_MAX", 2)
     matrix = np.stack(list(vectors.values()))
     ids = _ids(len(matrix))
     _saved_without_last(tmp_path, matrix[:-3], ids[:-3])
@@ -369,7 +387,7 @@ def test_too_many_writes_before_the_first_query_build_the_graph_afresh(
             index.upsert(NS, ids[i : i + 1], matrix[i : i + 1])
         assert not (tmp_path / "chroma" / GRAPH_FOLDER / f"{collection_name(NS)}.json").exists()
         _ready(index, matrix[0])
-        assert index._graphs is not None and (index._graphs.builds, index._graphs.loads) == (1, 0)
+        assert _counts(index) == (1, 0)
         _same(index, matrix, 5)
     finally:
         index.close()
@@ -386,13 +404,12 @@ def test_writes_reach_the_graph_off_the_write_path_and_before_a_save(tmp_path: P
     index = _graph_index(tmp_path)
     index.upsert(NS, ids[:6], matrix[:6])
     _ready(index, matrix[0])
-    graphs = index._graphs
-    assert graphs is not None
+    graphs = _graphs(index)
     index.upsert(NS, ids[6:9], matrix[6:9])
     deadline = time.monotonic() + 30
-    while graphs._copies[NS].pending and time.monotonic() < deadline:
+    while graphs.pending(NS) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not graphs._copies[NS].pending  # the inserting thread applied it, unasked
+    assert graphs.ready(NS) and not graphs.pending(NS)  # the inserting thread applied it, unasked
     _same(index, matrix, 5)
     index.upsert(NS, ids[9:], matrix[9:])
     index.delete(NS, ids[:1])
@@ -400,7 +417,7 @@ def test_writes_reach_the_graph_off_the_write_path_and_before_a_save(tmp_path: P
     again = _graph_index(tmp_path)
     try:
         _ready(again, matrix[0])
-        assert again._graphs is not None and (again._graphs.loads, again._graphs.builds) == (1, 0)
+        assert _counts(again) == (0, 1)
         _same(again, matrix, len(ids))
         assert ids[0] not in {i for i, _ in again.query(NS, matrix[:1], len(ids))[0]}
     finally:

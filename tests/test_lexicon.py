@@ -103,18 +103,18 @@ def test_the_copy_answers_as_the_store_after_every_kind_of_write(open_memory: An
     mem.delete(one)
     assert "fuser" not in _agrees(mem, lex)
     assert lex.loads == (1, 1) and min(lex.caught_up) > 0  # node by node, the index read once each
-    mem.erase(zh)
+    mem.admin.erase(zh)
     assert not any("发票" in t for t in _agrees(mem, lex))
     mem.forget(max_nodes=4)
     _agrees(mem, lex)
     mem.rewind(seq=first)  # a time travel back to the ticket alone
     assert "toner" not in _agrees(mem, lex)
     snapshot = tmp_path / "snap.jsonl"
-    mem.export(snapshot)
+    mem.admin.export(snapshot)
     copy = open_memory(namespace="copy", folder=tmp_path / "copy")
     copy_lex = Lexicon(copy.store, copy.namespace)
     _agrees(copy, copy_lex)
-    copy.import_(snapshot)
+    copy.admin.import_(snapshot)
     assert "printer" in _agrees(copy, copy_lex)
 
 
@@ -128,7 +128,7 @@ def test_an_erased_namespace_is_read_again_and_others_stay(open_memory: Any, tmp
     neighbour.add("Travel booking: flight to Oslo", type="task", parent=ROOT)
     assert "oslo" not in _agrees(mem, lex)  # another namespace's writes are not this one's
     assert lex.loads == 1
-    mem.erase_namespace()
+    mem.admin.erase_namespace()
     assert _agrees(mem, lex) == set()
     assert lex.loads == 2
     mem.add("Travel booking: 去杭州的高铁", type="task", parent=ROOT)

@@ -86,7 +86,7 @@ def state(mem: MemoryTree) -> tuple[Any, ...]:
     nodes = [(n.id, n.parent_id, n.content, n.version, n.status, n.importance, n.confidence, n.pinned)
              for n in mem.nodes(include_archived=True)]
     active = mem.active
-    return mem.stats().log_seq, nodes, None if active is None else active.id
+    return mem.admin.stats().log_seq, nodes, None if active is None else active.id
 
 
 def seed(mem: MemoryTree) -> dict[str, str]:
@@ -224,7 +224,7 @@ def test_focus_feedback_checkpoint_recover_stats_forget(open_memory: OpenMemory)
         assert rec["last_checkpoint"]["note"] == "asked for a new invoice"
 
         stats = await call(client, "stats")
-        s = mem.stats()
+        s = mem.admin.stats()
         assert stats == dict(namespace=s.namespace, live=s.live, archived=s.archived, depth=s.depth,
                              by_type=dict(s.by_type), active_path=list(s.active_path),
                              last_checkpoint_at=s.last_checkpoint_at, disk_bytes=s.disk_bytes, log_seq=s.log_seq)
@@ -235,13 +235,13 @@ def test_focus_feedback_checkpoint_recover_stats_forget(open_memory: OpenMemory)
         dry = await call(client, "forget", max_nodes=4)
         assert dry["dry_run"] is True and dry["live_after"] == dry["live_before"] == 8
         assert [f["id"] for f in dry["forgotten"]] == [i for i, _ in plan.details] != []
-        assert mem.stats().live == 8
+        assert mem.admin.stats().live == 8
         done = await call(client, "forget", max_nodes=4, dry_run=False)
         assert done["dry_run"] is False and done["forgotten"] == dry["forgotten"]
         gone = {f["id"] for f in done["forgotten"]}
         assert all(mem.get(i).status is Status.ARCHIVED for i in gone)
         assert not gone & {ids["claim"], ids["returned"]}  # never the active path
-        assert done["live_after"] == mem.stats().live == 8 - len(gone)
+        assert done["live_after"] == mem.admin.stats().live == 8 - len(gone)
         assert (await call(client, "stats"))["archived"] == len(gone)
 
     in_session(mem, body)
@@ -316,7 +316,7 @@ def test_a_read_handle_offers_only_the_read_tools(open_memory: OpenMemory, store
             assert refused.is_error
 
         in_session(reader, body)
-        assert reader.stats().live == 8
+        assert reader.admin.stats().live == 8
     finally:
         reader.close()
 
@@ -370,7 +370,7 @@ def test_stdio_server_in_a_subprocess(tmp_path: Path, embedder: SentenceTransfor
             written["event"]: "Finance returned the claim: the invoice is unreadable",
         }
         assert mem.active is not None and mem.active.id == written["task"]
-        assert mem.verify().clean  # the server closed the memory: its index writes went in
+        assert mem.admin.verify().clean  # the server closed the memory: its index writes went in
         assert written["event"] in mem.retrieve("why was the claim returned?").ids
 
 

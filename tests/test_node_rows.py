@@ -19,7 +19,7 @@ from hybrid_memory.store.schema import node_from_row, nodes
 def _by_constructor(m: Any, merged: bool = False) -> Node:
     import json
 
-    fields = {f.name: m[f.name] for f in dataclasses.fields(Node) if f.name != "merged"}
+    fields = {f.name: m[f.name] for f in dataclasses.fields(Node) if f.name not in ("merged", "placement")}
     fields.update(type=NodeType(m["type"]), status=Status(m["status"]), pinned=bool(m["pinned"]),
                   meta=json.loads(m["meta"]))
     return Node(**fields, merged=merged)

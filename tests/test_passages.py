@@ -95,7 +95,7 @@ def test_new_content_is_cut_again_and_erasure_takes_the_passages(open_memory: An
         assert passages.read(conn, mem.store.nodes.get_many(conn, [node_id])) == {}
         assert passages.uncut(conn, mem.namespace, mem.config.write.passage_tokens) == []
     mem.update(node_id, content=doc)
-    mem.erase(node_id)
+    mem.admin.erase(node_id)
     with mem.store.reading() as conn:
         assert conn.execute(passages_of(node_id)).all() == []
 

@@ -161,7 +161,7 @@ def test_round_trip_of_a_few_thousand_nodes_is_lossless(open_memory, clock, tmp_
 
     for include_log in (False, True):
         file = tmp_path / f"snap-{include_log}.jsonl"
-        out = src.export(file, include_log=include_log)
+        out = src.admin.export(file, include_log=include_log)
         assert out.nodes == len(rows(src)) and out.cursors == 2 and out.checkpoints == counts(src)["checkpoints"]
         assert out.ops == (counts(src)["ops"] if include_log else 0)
         lines = file.read_text(encoding="utf-8").splitlines()
@@ -175,7 +175,7 @@ def test_round_trip_of_a_few_thousand_nodes_is_lossless(open_memory, clock, tmp_
         assert not list(tmp_path.glob(".snap*"))  # no temporary file left
 
         dst = open_memory(folder=tmp_path / f"dst-{include_log}", dedup={"enabled": False})
-        got = dst.import_(file)
+        got = dst.admin.import_(file)
         assert got.nodes == out.nodes and got.reembedded == 0
 
         # Every column of every node (embeddings byte for byte), cursors, checkpoints.
@@ -206,19 +206,19 @@ def test_import_refuses_a_non_empty_memory_and_changes_nothing(open_memory, cloc
     t = src.add("迁移订单数据库", type="task", parent=ROOT)
     src.add("The window is Saturday 02:00", type="decision", parent=t)
     file = tmp_path / "snap.jsonl"
-    src.export(file, include_log=True)
+    src.admin.export(file, include_log=True)
 
     dst = open_memory(folder=tmp_path / "dst")
     dst.add("Something already here", type="fact", parent=ROOT)
     before = (rows(dst), side_tables(dst), counts(dst), dst.index.ids("t"))
     with pytest.raises(ConflictError, match="not empty"):
-        dst.import_(file)
+        dst.admin.import_(file)
     assert (rows(dst), side_tables(dst), counts(dst), dst.index.ids("t")) == before
 
     # Same store, another namespace: the ids are taken (ids are unique per store).
     twin = open_memory(namespace="u", folder=tmp_path / "src")
     with pytest.raises(ConflictError, match="already exists"):
-        twin.import_(file)
+        twin.admin.import_(file)
     assert counts(twin) == {"nodes": 0, "ops": 0, "cursors": 0, "checkpoints": 0}
     assert twin.index.ids("u") == set()
 
@@ -250,7 +250,7 @@ def test_a_corrupt_line_is_refused_with_its_number_and_nothing_is_written(open_m
                          for i in range(6)])
     src.add("Grandchild note about the session cookie", type="fact", parent=kids[2])
     file = tmp_path / "snap.jsonl"
-    src.export(file, include_log=True)
+    src.admin.export(file, include_log=True)
     lines = file.read_text(encoding="utf-8").splitlines()
     k = 5  # a node line in the middle
     obj = json.loads(lines[k - 1])
@@ -261,7 +261,7 @@ def test_a_corrupt_line_is_refused_with_its_number_and_nothing_is_written(open_m
 
     dst = open_memory(folder=tmp_path / "dst")
     with pytest.raises(P.BadSnapshotError, match=message) as info:
-        dst.import_(bad)
+        dst.admin.import_(bad)
     assert info.value.line == k and f"line {k}:" in str(info.value)
     assert isinstance(info.value, InvalidInputError)
     _assert_untouched(dst)
@@ -273,7 +273,7 @@ def test_a_missing_parent_is_reported_at_the_childs_line(open_memory, tmp_path: 
     a = src.add("Venue shortlist: Lisbon or Porto", type="fact", parent=t)
     src.add("Porto is cheaper in May", type="fact", parent=a)
     file = tmp_path / "snap.jsonl"
-    src.export(file)
+    src.admin.export(file)
     lines = file.read_text(encoding="utf-8").splitlines()
     parent_line = next(i for i, s in enumerate(lines) if a.id in s and '"kind": "node"' in s and f'"id": "{a.id}"' in s)
     del lines[parent_line]
@@ -282,14 +282,14 @@ def test_a_missing_parent_is_reported_at_the_childs_line(open_memory, tmp_path: 
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
     dst = open_memory(folder=tmp_path / "dst")
     with pytest.raises(P.BadSnapshotError, match="parent") as info:
-        dst.import_(bad)
+        dst.admin.import_(bad)
     assert info.value.line == child_line
     _assert_untouched(dst)
     with pytest.raises(P.BadSnapshotError, match="header"):
         (tmp_path / "nohead.jsonl").write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")
-        dst.import_(tmp_path / "nohead.jsonl")
+        dst.admin.import_(tmp_path / "nohead.jsonl")
     with pytest.raises(InvalidInputError, match="no such file"):
-        dst.import_(tmp_path / "absent.jsonl")
+        dst.admin.import_(tmp_path / "absent.jsonl")
     _assert_untouched(dst)
 
 
@@ -297,7 +297,7 @@ def test_an_import_that_fails_inside_its_transaction_leaves_nothing(open_memory,
     src = open_memory(folder=tmp_path / "src", dedup={"enabled": False})
     src.add_many([dict(content=f"Fact number {i} about the billing pipeline", type="fact", parent=ROOT) for i in range(50)])
     file = tmp_path / "snap.jsonl"
-    src.export(file)
+    src.admin.export(file)
     dst = open_memory(folder=tmp_path / "dst")
     calls = {"n": 0}
     real = dst.store.terms.index
@@ -310,10 +310,10 @@ def test_an_import_that_fails_inside_its_transaction_leaves_nothing(open_memory,
 
     monkeypatch.setattr(dst.store.terms, "index", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
-        dst.import_(file)
+        dst.admin.import_(file)
     monkeypatch.undo()
     _assert_untouched(dst)
-    assert dst.import_(file).nodes == 50  # and it works once the fault is gone
+    assert dst.admin.import_(file).nodes == 50  # and it works once the fault is gone
     assert dst.index.ids("t") == live_ids(src)
 
 
@@ -323,7 +323,7 @@ def test_import_embeds_again_what_has_no_vector_or_another_model(open_memory, tm
     b = src.add("用户喜欢编辑器的深色模式", type="preference", parent=ROOT)
     src.add("Cache invalidation is causing stale product pages", type="event", parent=ROOT)
     file = tmp_path / "snap.jsonl"
-    src.export(file)
+    src.admin.export(file)
     lines = file.read_text(encoding="utf-8").splitlines()
     out = []
     for line in lines:
@@ -341,7 +341,7 @@ def test_import_embeds_again_what_has_no_vector_or_another_model(open_memory, tm
     out[0] = json.dumps(header)
     (tmp_path / "edited.jsonl").write_text("\n".join(out) + "\n", encoding="utf-8")
     dst = open_memory(folder=tmp_path / "dst")
-    got = dst.import_(tmp_path / "edited.jsonl")
+    got = dst.admin.import_(tmp_path / "edited.jsonl")
     assert got.reembedded == 2
     ra, rb = rows(src), rows(dst)
     for i in (a.id, b.id):
@@ -357,12 +357,12 @@ def test_import_with_log_into_a_store_whose_log_is_ahead_shifts_positions(open_m
     src.archive(a)
     cp = src.checkpoint("before boarding")
     file = tmp_path / "snap.jsonl"
-    src.export(file, include_log=True)
+    src.admin.export(file, include_log=True)
 
     busy = open_memory(namespace="busy", folder=tmp_path / "dst")
     busy.add_many([dict(content=f"Unrelated fact {i} of another tenant", type="fact", parent=ROOT) for i in range(20)])
     dst = open_memory(namespace="t", folder=tmp_path / "dst")
-    dst.import_(file)
+    dst.admin.import_(file)
     shifted = ops_of(dst)
     offset = shifted[0].seq - ops_of(src)[0].seq
     assert offset > 0
@@ -387,9 +387,9 @@ def test_import_regroups_branches_by_the_importing_memorys_setting(open_memory, 
     fact = src.add("The venue holds 200 people", type="fact", parent=inner)
     assert src.get(fact).branch_id == inner.id
     file = tmp_path / "snap.jsonl"
-    src.export(file, include_log=include_log)
+    src.admin.export(file, include_log=include_log)
     dst = open_memory(folder=tmp_path / "dst", write={"branch_by": "top_task"})
-    dst.import_(file)
+    dst.admin.import_(file)
     assert dst.get(fact).branch_id == outer.id and dst.get(inner).branch_id == outer.id
     assert ops_of(dst)[-1].op == "branch_mode"
     assert_replays(dst)
@@ -411,7 +411,7 @@ def test_export_is_atomic(open_memory, tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(snapshot, "node_line", failing)
     with pytest.raises(Exception, match="no space left"):
-        mem.export(file)
+        mem.admin.export(file)
     assert file.read_text(encoding="utf-8") == "previous export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "snap.jsonl"]
 
@@ -537,7 +537,7 @@ def test_replaying_the_log_gives_exactly_the_live_tree(open_memory, clock, tmp_p
 def test_replay_accepts_the_ops_of_an_export(open_memory, clock, tmp_path: Path):
     mem = random_walk(open_memory, clock, tmp_path / "walk", 3, steps=60)
     file = tmp_path / "snap.jsonl"
-    mem.export(file, include_log=True)
+    mem.admin.export(file, include_log=True)
     ops = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()[1:]]
     state = P.replay(o for o in ops if o["kind"] == "op")
     assert_same(state, P.live_state(mem), "replay of the exported log")
@@ -708,7 +708,7 @@ def test_restore_is_a_deprecated_alias_of_unarchive_and_rewind(open_memory, cloc
     mem = open_memory(folder=tmp_path / "m")
     a = mem.add("靠窗的座位", type="preference", parent=ROOT)
     mem.archive(a)
-    at = mem.stats().log_seq
+    at = mem.admin.stats().log_seq
     with pytest.warns(DeprecationWarning, match="unarchive"):
         assert mem.restore(a).live
     with pytest.warns(DeprecationWarning, match="rewind"):

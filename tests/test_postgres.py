@@ -267,7 +267,7 @@ def test_two_writers_on_one_namespace_lose_nothing_and_keep_the_tree_acyclic(db:
         check_tree(nodes)
     a.flush()
     assert a.index.ids("t") == acked["a"] | acked["b"]
-    assert a.stats().live == len(acked["a"] | acked["b"])
+    assert a.admin.stats().live == len(acked["a"] | acked["b"])
 
 
 @pytest.mark.parametrize("first", ["add", "move"])

@@ -344,7 +344,7 @@ def test_a_crash_between_the_two_commits_leaves_the_memory_and_the_next_open_emb
     again = open_memory(folder=folder)
     assert outbox_actions(again, new) == []
     np.testing.assert_allclose(stored(again, [new])[new], under_task(embedder, content), atol=1e-5)
-    drift = again.verify()
+    drift = again.admin.verify()
     assert not drift.missing and not drift.stale and drift.pending == 0
     assert new in {n.node.id for n in again.retrieve(question).nodes}
 
@@ -377,13 +377,13 @@ def test_a_reader_during_the_window_finds_the_memory_by_its_words(open_memory, t
     assert held not in stored(mem, [held])
     twin = mem.add("The venue has a projector and two microphones.", type="fact")  # an exact twin: merged
     assert twin.merged and twin.id == held
-    assert mem.verify().missing == ()
+    assert mem.admin.verify().missing == ()
     snapshot = tmp_path / "snap.jsonl"
-    mem.export(snapshot)
+    mem.admin.export(snapshot)
     copy = open_memory(folder=tmp_path / "copy")
-    copy.import_(snapshot)
+    copy.admin.import_(snapshot)
     assert held in stored(copy, [held])  # the import embedded it
-    mem.repair()  # and repair embeds what waits
+    mem.admin.repair()  # and repair embeds what waits
     assert outbox_actions(mem, held) == []
     assert held in stored(mem, [held])
 

@@ -56,7 +56,7 @@ def test_a_crash_around_the_index_write_is_healed_at_the_next_open(open_memory, 
         mem.add("Finance returned the claim: the invoice is unreadable", type="event", parent=task)
     # The relational commit happened: the node is the truth, the index lags.
     event = next(n for n in mem.nodes() if n.type.value == "event")
-    drift = mem.verify()
+    drift = mem.admin.verify()
     assert drift.pending >= 1
     if point == "before_index":
         assert drift.missing == (event.id,)
@@ -67,7 +67,7 @@ def test_a_crash_around_the_index_write_is_healed_at_the_next_open(open_memory, 
     again = reopen(open_memory, folder)
     state = again.recover()
     assert state.replayed >= 1
-    assert again.verify().clean
+    assert again.admin.verify().clean
     assert again.index.ids(again.namespace) == live_ids(again) == {task.id, event.id}
     recall = again.retrieve("why was the claim returned?")
     assert event.id in recall.ids
@@ -77,7 +77,7 @@ def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
     faults = Faults()
     mem = open_memory(folder=folder, faults=faults)
     task = mem.add("服务器迁移任务", type="task")
-    before = (live_ids(mem), mem.index.ids(mem.namespace), mem.stats().log_seq)
+    before = (live_ids(mem), mem.index.ids(mem.namespace), mem.admin.stats().log_seq)
     calls = []
 
     def hook(at: str) -> None:
@@ -93,9 +93,9 @@ def test_a_crash_inside_add_many_writes_nothing(open_memory, folder):
             {"content": "新机房的数据库是 PostgreSQL 15", "type": "fact", "parent": task},
             {"content": "演练已完成", "type": "state", "parent": task},
         ])
-    assert (live_ids(mem), mem.index.ids(mem.namespace), mem.stats().log_seq) == before
+    assert (live_ids(mem), mem.index.ids(mem.namespace), mem.admin.stats().log_seq) == before
     faults.hook = None
-    assert mem.verify().clean
+    assert mem.admin.verify().clean
 
 
 def test_verify_finds_each_kind_of_drift_and_repair_fixes_it(open_memory, folder):
@@ -113,15 +113,15 @@ def test_verify_finds_each_kind_of_drift_and_repair_fixes_it(open_memory, folder
         mem.add("Taxi ordered for 06:00", type="event")  # index lacks a live node
     faults.hook = None
     taxi = next(n for n in mem.nodes() if n.content.startswith("Taxi"))
-    drift = mem.verify()
+    drift = mem.admin.verify()
     assert drift.stale == (hotel.id,)
     assert drift.extra == (flight.id,)
     assert drift.missing == (taxi.id,)
     assert drift.pending == 3 and not drift.clean
 
-    found = mem.repair()
+    found = mem.admin.repair()
     assert found.stale == (hotel.id,) and found.missing == () or found.pending == 0
-    assert mem.verify().clean
+    assert mem.admin.verify().clean
     assert mem.index.ids(mem.namespace) == live_ids(mem) == {task.id, hotel.id, taxi.id}
 
 
@@ -130,9 +130,9 @@ def test_reindex_rebuilds_the_index_from_the_store(open_memory, folder):
     mem.add("Code review of the payment module", type="task")
     ids = [n.id for n in mem.add_many([{"content": f"Review comment {i}: rename variable {i}", "type": "event"} for i in range(40)])]
     mem.index.delete(mem.namespace, ids[:10])  # someone broke the index
-    assert len(mem.verify().missing) == 10
-    assert mem.reindex() == 41
-    assert mem.verify().clean
+    assert len(mem.admin.verify().missing) == 10
+    assert mem.admin.reindex() == 41
+    assert mem.admin.verify().clean
 
 
 def test_a_lost_index_folder_is_reported_and_repaired(open_memory, folder):
@@ -148,16 +148,16 @@ def test_a_lost_index_folder_is_reported_and_repaired(open_memory, folder):
     # Still usable: writes and lexical retrieval work while the index is rebuilt.
     again.add("用户偏好：短信通知", type="preference", parent=task)
     assert task.id in again.retrieve("报销进度").ids
-    drift = again.repair()
+    drift = again.admin.repair()
     assert len(drift.missing) == 2
-    assert again.verify().clean
+    assert again.admin.verify().clean
     assert again.recover().problems == ()
 
 
 def test_a_corrupt_trailing_log_entry_is_reported_and_repaired(open_memory, folder):
     mem = open_memory(folder=folder)
     mem.add("Support ticket 4711: printer offline", type="task")
-    last = mem.stats().log_seq
+    last = mem.admin.stats().log_seq
     with mem.store.engine.begin() as conn:
         conn.execute(update(oplog).where(oplog.c.seq == last).values(payload='{"id": "abc", "cont'))
     mem.close()
@@ -166,9 +166,9 @@ def test_a_corrupt_trailing_log_entry_is_reported_and_repaired(open_memory, fold
     assert any(f"#{last} is corrupt" in p for p in again.recover().problems)
     node = again.add("Technician booked for Monday", type="event")  # the memory stays usable
     assert again.get(node).content == "Technician booked for Monday"
-    assert again.verify().corrupt_log == (last,)
-    again.repair()
-    assert again.verify().clean
+    assert again.admin.verify().corrupt_log == (last,)
+    again.admin.repair()
+    assert again.admin.verify().clean
     with again.store.engine.connect() as conn:
         payload = conn.execute(select(oplog.c.payload).where(oplog.c.seq == last)).scalar_one()
     assert json.loads(payload) == {"corrupt": True}
@@ -227,7 +227,7 @@ def test_several_writer_processes_lose_nothing(embedder, folder, tmp_path):
     assert len(acked) == writers * 16
     with sqlite_memory(folder, embedder) as mem:
         assert acked <= live_ids(mem)
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
         assert mem.index.ids(mem.namespace) == live_ids(mem)
 
 
@@ -277,7 +277,7 @@ def test_index_writes_wait_for_a_batch_and_nothing_written_is_missed_meanwhile(o
     assert late.id not in index.ids(mem.namespace)
     other_index = raw_index(folder)
     other = open_memory(folder=folder, index=other_index)  # (as reopen, reading its raw index)
-    assert late.id in other_index.ids(other.namespace) and other.verify().clean
+    assert late.id in other_index.ids(other.namespace) and other.admin.verify().clean
     # Reading through MemoryTree.index applies what waits first.
     extra = other.add("Return flight on Friday evening", type="fact")
     assert extra.id in other.index.ids(other.namespace)

@@ -70,7 +70,7 @@ def test_an_old_index_is_rebuilt_on_open_and_then_found(open_memory: Any, clock:
     assert postings(again, ids) == current
     with again.store.reading() as conn:
         assert again.store.settings.get(conn, retokenize.version_key("t")) == text.TERMS_VERSION
-    assert again.verify().clean
+    assert again.admin.verify().clean
     recall = again.retrieve(QUERY[lang], k=2, reinforce=False)
     assert ids[1] in recall.ids
     # Opened again: nothing left to do; forced again: the same postings (an interrupted

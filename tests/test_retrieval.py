@@ -489,7 +489,7 @@ def test_a_large_memory_or_the_setting_off_locates_one_branch_first(open_memory,
     big = open_memory(namespace="big", **NO_FLUSH)
     build(big, clock, [*SESSIONS[lang], *(EN if lang == "en" else ZH),
                        *[(f"x{i}", f"Side task {i}" if lang == "en" else f"其他任务{i}", []) for i in range(3)]])
-    assert big.stats().live and not spreads(big, query)
+    assert big.admin.stats().live and not spreads(big, query)
     recall = big.retrieve(query, k=K)
     check_invariants(big, recall, k=K, budget=big.config.retrieval.budget_tokens, now=clock.now)
     assert len(recall.branches) <= cfg.branches

@@ -198,7 +198,7 @@ def test_an_erasure_leaves_nothing_in_the_cache(open_memory: Any, sqlite_only: N
     mem.retrieve("酒店发票金额是多少？", reinforce=False)
     cache = _rows(faults)
     assert cache is not None and len(cache) > 0
-    mem.erase(task, compact=False)
+    mem.admin.erase(task, compact=False)
     assert len(cache) == 0
     assert mem.retrieve("酒店发票金额是多少？", reinforce=False).nodes == ()
 
@@ -245,7 +245,7 @@ def test_an_erased_namespace_leaves_one_mark_and_every_cache_drops_its_rows(open
     assert other.retrieve("酒店发票金额是多少？", reinforce=False).nodes
     cache = _rows(faults)
     assert cache is not None and len(cache) > 0
-    mem.erase_namespace(compact=False)
+    mem.admin.erase_namespace(compact=False)
     with mem.store.reading() as conn:
         marks = conn.exec_driver_sql("SELECT node_id FROM hm_rows_changed WHERE namespace = ?",
                                      (mem.namespace,)).scalars().all()

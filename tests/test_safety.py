@@ -108,14 +108,14 @@ def test_no_plain_text_of_a_secret_reaches_any_file(tmp_path: Path, embedder: Se
     ring = Keyring.from_file(key_file)
     with _open(folder, embedder, clock, key=ring) as mem:
         _fill(mem)
-        mem.export(tmp_path / "enc.jsonl", include_log=True)
+        mem.admin.export(tmp_path / "enc.jsonl", include_log=True)
         mem.retrieve("passport number", k=3)
         # While it is open, the WAL holds the latest pages: nothing plain there either.
         assert (folder / "memory.db-wal").stat().st_size > 0
         assert _leaks(list(_files(folder)), [*SECRETS, NOTE]) == []
     with _open(plain_folder, embedder, clock) as mem:
         _fill(mem)
-        mem.export(tmp_path / "plain.jsonl", include_log=True)
+        mem.admin.export(tmp_path / "plain.jsonl", include_log=True)
     texts = [*SECRETS, NOTE]
     sealed = [*_files(folder), tmp_path / "enc.jsonl"]
     assert any(p.name == "memory.db" for p in sealed)
@@ -233,11 +233,11 @@ def test_an_encrypted_export_imports_only_with_the_key(tmp_path: Path, embedder:
     ring = Keyring([generate_key()])
     with _open(tmp_path / "a", embedder, clock, key=ring) as mem:
         ids = _fill(mem)
-        mem.export(tmp_path / "x.jsonl")
+        mem.admin.export(tmp_path / "x.jsonl")
     with _open(tmp_path / "b", embedder, clock) as plain, pytest.raises(EncryptionKeyError, match="encrypted"):
-        plain.import_(tmp_path / "x.jsonl")
+        plain.admin.import_(tmp_path / "x.jsonl")
     with _open(tmp_path / "c", embedder, clock, key=ring) as mem:
-        assert mem.import_(tmp_path / "x.jsonl").nodes == 4
+        assert mem.admin.import_(tmp_path / "x.jsonl").nodes == 4
         assert mem.get(ids["s1"]).content == SECRETS[1]
         assert ids["s2"] in [s.node.id for s in mem.retrieve("Bluefinch", k=3).nodes]
 
@@ -304,7 +304,7 @@ def test_the_audit_trail_records_who_did_what_without_contents(open_memory: Open
     recall = mem.retrieve("passport", k=3)
     mem.archive(ids["s2"])
     mem.delete(ids["s1"])
-    mem.export(mem.folder / "x.jsonl")  # type: ignore[operator]
+    mem.admin.export(mem.folder / "x.jsonl")  # type: ignore[operator]
     from sqlalchemy import select
 
     from hybrid_memory.store.schema import audit
@@ -404,10 +404,10 @@ def test_erase_leaves_no_bytes_of_a_subtree_on_disk(tmp_path: Path, embedder: Se
             mem.add(w, type="fact", parent=doomed)
         mem.checkpoint("before the erasure")
         mem.update(mem.children(doomed)[0], content=gone_words[0] + " (updated)")
-        erased = mem.erase(doomed)
+        erased = mem.admin.erase(doomed)
         assert len(erased) == 3
         assert [s.node.content for s in mem.retrieve("itinerary Reykjavik", k=2).nodes if s.reason == "hit"] == [kept]
-        assert mem.verify().clean
+        assert mem.admin.verify().clean
     files = list(_files(folder))
     assert _leaks(files, gone_words) == []
     assert _leaks([folder / "memory.db"], [kept])  # the scan sees what was kept
@@ -436,11 +436,11 @@ def test_erase_namespace_removes_one_tenant_and_keeps_the_other(tmp_path: Path, 
         alice.checkpoint("alice checkpoint Quillhaven")
         u = bob.add("Bob's preferences", type="task")
         bob.add(bob_words[0], type="preference", parent=u)
-        assert alice.erase_namespace() == 2
-        assert alice.nodes() == [] and alice.stats().live == 0
+        assert alice.admin.erase_namespace() == 2
+        assert alice.nodes() == [] and alice.admin.stats().live == 0
         assert alice.recover().last_checkpoint is None
         assert [n.content for n in bob.nodes()][1] == bob_words[0]
-        assert bob.verify().clean
+        assert bob.admin.verify().clean
         # The emptied namespace is usable again.
         alice.add("a new start", type="task")
     assert _leaks(list(_files(folder)), [*alice_words, "alice checkpoint Quillhaven"]) == []
@@ -454,9 +454,9 @@ def test_erase_needs_the_admin_role(open_memory: OpenMemory, stores: Stores,
     w = stores.open(mem.folder, namespace="t", role="write", embedder=embedder)  # type: ignore[arg-type]
     try:
         with pytest.raises(AccessDeniedError, match="admin"):
-            w.erase(node.id)
+            w.admin.erase(node.id)
         with pytest.raises(AccessDeniedError):
-            w.erase_namespace()
+            w.admin.erase_namespace()
     finally:
         w.close()
     assert mem.get(node.id).content == "keep me"
@@ -475,7 +475,7 @@ def test_a_read_only_handle_reads_and_changes_nothing(open_memory: OpenMemory, s
         before = [(n.id, n.version, n.status) for n in reader.nodes(include_archived=True)]
         assert reader.get(ids["s0"]).content == SECRETS[0]
         assert reader.retrieve("passport", k=2).nodes
-        assert reader.stats().live == 4
+        assert reader.admin.stats().live == 4
         calls = [
             lambda: reader.add("x", type="fact"),
             lambda: reader.add_many([{"content": "x", "type": "fact"}]),
@@ -490,10 +490,10 @@ def test_a_read_only_handle_reads_and_changes_nothing(open_memory: OpenMemory, s
             lambda: reader.rewind(seq=1),
             lambda: reader.delete(ids["s0"]),
             lambda: reader.forget(max_nodes=1),
-            lambda: reader.erase(ids["s0"]),
-            lambda: reader.import_(mem.folder / "none.jsonl"),  # type: ignore[operator]
-            lambda: reader.reindex(),
-            lambda: reader.repair(),
+            lambda: reader.admin.erase(ids["s0"]),
+            lambda: reader.admin.import_(mem.folder / "none.jsonl"),  # type: ignore[operator]
+            lambda: reader.admin.reindex(),
+            lambda: reader.admin.repair(),
         ]
         for call in calls:
             with pytest.raises(AccessDeniedError):
@@ -513,7 +513,7 @@ def test_a_write_handle_writes_but_does_not_administer(open_memory: OpenMemory, 
         fact = w.add("a fact", type="fact", parent=task.id)
         w.archive(fact)
         w.unarchive(fact.id)
-        for call in (lambda: w.rewind(seq=1), lambda: w.reindex(), lambda: w.erase_namespace()):
+        for call in (lambda: w.rewind(seq=1), lambda: w.admin.reindex(), lambda: w.admin.erase_namespace()):
             with pytest.raises(AccessDeniedError):
                 call()
         assert len(w.nodes()) == 2
@@ -538,11 +538,11 @@ def test_depth_and_fanout_limits_refuse_the_whole_write(open_memory: OpenMemory)
     with pytest.raises(InvalidInputError, match="max_depth"):
         mem.add("too deep", type="event", parent=chain)
     kids = [mem.add(f"child {i}", type="fact", parent=task) for i in range(2)]
-    seq = mem.stats().log_seq
+    seq = mem.admin.stats().log_seq
     n = len(mem.nodes())
     with pytest.raises(InvalidInputError, match="max_children"):
         mem.add_many([{"content": f"wide {i}", "type": "fact", "parent": task.id} for i in range(3)])
-    assert len(mem.nodes()) == n and mem.stats().log_seq == seq
+    assert len(mem.nodes()) == n and mem.admin.stats().log_seq == seq
     with pytest.raises(InvalidInputError, match="max_depth"):
         mem.move(levels[0], kids[0])  # its subtree would reach depth 4
     assert mem.get(levels[0].id).parent_id == task.id
@@ -570,12 +570,12 @@ def test_erase_namespace_empties_every_table_on_both_backends(open_memory: OpenM
 
     stay_before = counts("stay")
     assert min(counts("gone")[:4] + counts("gone")[5:]) > 0
-    assert gone.erase_namespace() == 4
+    assert gone.admin.erase_namespace() == 4
     assert counts("gone") == [0] * len(tables)
     assert counts("stay")[:2] + counts("stay")[4:] == stay_before[:2] + stay_before[4:]
     assert stay.get(kept["s1"]).content == SECRETS[1]
     assert gone.index.ids("gone") == set()
-    assert stay.verify().clean
+    assert stay.admin.verify().clean
     assert verify_audit(gone.store).ok
 
 
@@ -586,19 +586,19 @@ def test_time_travel_and_an_altered_log_entry_in_an_encrypted_memory(
     ring = Keyring([generate_key()])
     with _open(tmp_path / "m", embedder, clock, key=ring) as mem:
         ids = _fill(mem)
-        seq = mem.stats().log_seq
+        seq = mem.admin.stats().log_seq
         mem.update(ids["s0"], content="rewritten Wombatfield")
         mem.rewind(seq=seq)
         assert mem.get(ids["s0"]).content == SECRETS[0]
         assert ids["s0"] in [s.node.id for s in mem.retrieve("passport E98127734", k=3).nodes]
-        last = mem.stats().log_seq
+        last = mem.admin.stats().log_seq
     con = sqlite3.connect(tmp_path / "m" / "memory.db")
     (value,) = con.execute("SELECT payload FROM hm_oplog WHERE seq = ?", (last,)).fetchone()
     con.execute("UPDATE hm_oplog SET payload = ? WHERE seq = ?", (value[:-3] + "AAA", last))
     con.commit()
     con.close()
     with _open(tmp_path / "m", embedder, clock, key=ring) as mem:
-        assert last in mem.verify().corrupt_log
+        assert last in mem.admin.verify().corrupt_log
         assert mem.get(ids["s1"]).content == SECRETS[1]
     assert _leaks(list(_files(tmp_path / "m")), [*SECRETS, "rewritten Wombatfield"]) == []
 

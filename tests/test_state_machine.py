@@ -42,6 +42,7 @@ from hybrid_memory import (  # noqa: E402
     Status,
 )
 from hybrid_memory import text as hm_text  # noqa: E402
+from hybrid_memory.dedup import is_twin  # noqa: E402
 from hybrid_memory.store.schema import term_counts  # noqa: E402
 from hybrid_memory.store.schema import terms as terms_table  # noqa: E402
 
@@ -329,7 +330,8 @@ class MemoryTreeMachine(RuleBasedStateMachine):
                         event("add: merged into a near twin")
                         assert hm_text.overlap(twin.content, content) >= self.cfg_dedup.lexical - 1e-9
                         vecs = self.embedder.embed([twin.content, content])
-                        assert self.mem.is_twin(twin.content, content, float(np.dot(vecs[0], vecs[1])) + 1e-4)
+                        cos = float(np.dot(vecs[0], vecs[1])) + 1e-4
+                        assert is_twin(twin.content, content, cos, config=self.mem.config, embedder=self.mem.embedder)
                     twin.version += 1
                     if "key" in item:
                         by_key[item["key"]] = node.id

@@ -69,7 +69,7 @@ def test_an_update_lowers_the_memory_it_supersedes_and_nothing_else(open_memory,
 def test_the_superseded_memory_weighs_less_than_its_update_and_is_forgotten_first(open_memory):
     mem = open_memory()
     n = write(mem, CASES["en"])
-    live = mem.stats().live
+    live = mem.admin.stats().live
     report = mem.forget(max_nodes=live - 1, dry_run=True)
     assert report.details[0][0] == n["old"].id
     got = mem.retrieve("Who approves claim EXP-5957?", k=5, reinforce=False)
@@ -120,9 +120,9 @@ def test_supersession_survives_export_and_import(open_memory, tmp_path: Path):
     src = open_memory(namespace="src")
     n = write(src, CASES["en"])
     file = tmp_path / "snap.jsonl"
-    src.export(file, include_log=True)
+    src.admin.export(file, include_log=True)
     dst = open_memory(namespace="dst", folder=tmp_path / "dst")
-    dst.import_(file)
+    dst.admin.import_(file)
     by_content = {x.content: x for x in dst.nodes()}
     assert by_content[CASES["en"]["old"]].importance == pytest.approx(src.get(n["old"].id).importance)
 

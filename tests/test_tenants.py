@@ -238,7 +238,7 @@ FOREIGN: dict[str, ForeignCall] = {
     "archive": lambda m, x, own, flag: m.archive(x),
     "restore": lambda m, x, own, flag: m.unarchive(x),
     "delete": lambda m, x, own, flag: m.delete(x),
-    "erase": lambda m, x, own, flag: m.erase(x, compact=False),
+    "erase": lambda m, x, own, flag: m.admin.erase(x, compact=False),
     "add-under": lambda m, x, own, flag: m.add(POOL[3], type="fact", parent=x),
     "add_many-under": lambda m, x, own, flag: m.add_many([
         {"content": POOL[8], "type": "preference", "parent": own if own is not None else ROOT},
@@ -478,8 +478,8 @@ class TenantMachine(RuleBasedStateMachine):
             "restore": lambda: t.mem.unarchive(archived[b % len(archived)] if archived else x),
             "delete": lambda: t.mem.delete(every[a % len(every)]),
             "checkpoint": lambda: t.mem.checkpoint(f"checked {t.en}"),
-            "erase": lambda: t.mem.erase(every[a % len(every)], compact=value < 0.5),
-            "erase-namespace": lambda: t.mem.erase_namespace(compact=value < 0.5),
+            "erase": lambda: t.mem.admin.erase(every[a % len(every)], compact=value < 0.5),
+            "erase-namespace": lambda: t.mem.admin.erase_namespace(compact=value < 0.5),
         }
         self.call(op)
         try:
@@ -605,7 +605,7 @@ class TenantMachine(RuleBasedStateMachine):
         recall = t.mem.retrieve(q, k=5, now=PROBE_NOW, reinforce=False)
         self.check_recall(t, recall, f"{t.ns!r}.retrieve({q!r})")
         self.call("stats")
-        stats = t.mem.stats()
+        stats = t.mem.admin.stats()
         self.call("recover")
         state = t.mem.recover()
         live = [n for n in t.view.nodes.values() if n.live]
@@ -649,7 +649,7 @@ class TenantMachine(RuleBasedStateMachine):
         self.unchanged(t, "its last own call")
         path = self.files / f"{secrets.token_hex(6)}.jsonl"
         self.call("export")
-        done = t.mem.export(path, include_log=include_log)
+        done = t.mem.admin.export(path, include_log=include_log)
         self.refresh(t)  # export writes the buffered reads first
         raw = path.read_text(encoding="utf-8")
         self.assert_clean(t, raw, f"{t.ns!r}.export()")
@@ -669,9 +669,9 @@ class TenantMachine(RuleBasedStateMachine):
                 self.call("import_")
                 if nodes:
                     with pytest.raises((ConflictError, NamespaceError)):
-                        empty.import_(path)
+                        empty.admin.import_(path)
                 else:  # a tenant that travelled back to before its first node exports none
-                    empty.import_(path)
+                    empty.admin.import_(path)
                 assert view_of(empty).nodes == {}
             finally:
                 empty.close()
@@ -684,7 +684,7 @@ class TenantMachine(RuleBasedStateMachine):
         """The tenant's vector index holds exactly its live nodes."""
         t = self.pick(actor)
         self.call("verify")
-        drift = t.mem.verify()
+        drift = t.mem.admin.verify()
         assert drift.clean, f"{t.ns!r}.verify(): {drift}"
         assert t.mem.index.ids(t.ns) == set(t.ids("live"))
         t.epoch += 1  # verify applies the waiting index writes
@@ -770,7 +770,7 @@ def test_tenants_never_see_or_touch_each_other(run: Run) -> None:
         try:
             now, expected = view_of(mem), by_top_task(seen)
             assert now == expected, f"{ns!r} changed after its example ended: {difference(expected, now)}"
-            assert mem.verify().clean
+            assert mem.admin.verify().clean
             assert mem.index.ids(ns) == {i for i, n in seen.nodes.items() if n.live}
         finally:
             mem.close()
@@ -801,13 +801,13 @@ def test_stats_of_a_tenant_handle_do_not_count_another_tenants_writes(
     b.flush()
     a = stores.open(folder, namespace="a", role="write", embedder=embedder)
     try:
-        before, admin_before = a.stats(), owner.stats()
+        before, admin_before = a.admin.stats(), owner.admin.stats()
         b.add_many([{"content": f"{s} ({i})", "type": "fact"} for i in range(5) for s in POOL[1:9]])
         b.flush()
-        after = a.stats()
+        after = a.admin.stats()
         assert after == before, f"a's stats() changed when only b wrote: {before} -> {after}"
         assert after.disk_bytes is None
-        assert admin_before.disk_bytes is not None and owner.stats().disk_bytes > admin_before.disk_bytes
+        assert admin_before.disk_bytes is not None and owner.admin.stats().disk_bytes > admin_before.disk_bytes
     finally:
         a.close()
 
@@ -821,10 +821,10 @@ def shared_history(open_memory: Any, tmp_path: Path) -> tuple[MemoryTree, Memory
     e = open_memory(namespace="e", folder=folder)
     task = a.add(POOL[0], type="task")
     written = [task, a.add(POOL[1], type="event", parent=task), a.add(POOL[2], type="fact", parent=task)]
-    last = a.stats().log_seq
-    a.export(tmp_path / "a.jsonl", include_log=True)
+    last = a.admin.stats().log_seq
+    a.admin.export(tmp_path / "a.jsonl", include_log=True)
     a.rewind(seq=0)
-    e.import_(tmp_path / "a.jsonl")
+    e.admin.import_(tmp_path / "a.jsonl")
     assert set(view_of(e).nodes) == {n.id for n in written} and view_of(a).nodes == {}
     return a, e, written, last
 
@@ -860,10 +860,10 @@ def test_an_import_refused_for_taken_ids_does_not_name_their_tenant(open_memory:
     a = open_memory(namespace="tenant-alpha", folder=folder)
     e = open_memory(namespace="e", folder=folder)
     a.add(POOL[0], type="task")
-    a.export(tmp_path / "a.jsonl")
+    a.admin.export(tmp_path / "a.jsonl")
     before = view_of(a)
     with pytest.raises((ConflictError, NamespaceError)) as info:
-        e.import_(tmp_path / "a.jsonl")
+        e.admin.import_(tmp_path / "a.jsonl")
     assert view_of(e) == View({}, None) and view_of(a) == before
     assert "tenant-alpha" not in str(info.value), f"the refusal names the other tenant: {info.value}"
 
@@ -881,7 +881,7 @@ def test_erasing_a_namespace_leaves_another_namespaces_settings(open_memory: Any
     assert fact.branch_id == rehearsal.id  # nearest_task, the default
     a.add(POOL[0], type="task")
     before = view_of(team)
-    assert a.erase_namespace() == 1
+    assert a.admin.erase_namespace() == 1
     assert view_of(team) == before
     team.close()
     again = open_memory(namespace="team:a", folder=folder, write={"branch_by": "top_task"})

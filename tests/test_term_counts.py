@@ -65,15 +65,15 @@ def test_the_counts_follow_every_kind_of_write(open_memory: Any, tmp_path: Path)
     assert _agree(mem)[(mem.namespace, "酒店")] == 1
     mem.delete(one)
     assert (mem.namespace, "fuser") not in _agree(mem)
-    mem.erase(zh)
+    mem.admin.erase(zh)
     kept = _agree(mem)
     assert not any(t in ("报销", "酒店") or "发票" in t for _, t in kept)
     mem.forget(max_nodes=4)
     _agree(mem)
     snapshot = tmp_path / "snap.jsonl"
-    mem.export(snapshot)
+    mem.admin.export(snapshot)
     copy = open_memory(namespace="copy", folder=tmp_path / "copy")
-    copy.import_(snapshot)
+    copy.admin.import_(snapshot)
     assert _agree(copy) == {("copy", t): n for (_, t), n in _agree(mem).items()}
     mem.rewind(seq=first)  # back to the first write: the ticket alone
     kept = _agree(mem)
@@ -105,13 +105,13 @@ def test_verify_finds_miscounted_terms_and_repair_recounts_them(open_memory: Any
     mem = open_memory(folder=folder)
     task = mem.add("Code change: retry the upload on timeout", type="task", parent=ROOT)
     mem.add("The upload retries three times", type="decision", parent=task)
-    assert mem.verify().clean
+    assert mem.admin.verify().clean
     mem.store.write(lambda conn: conn.execute(
         update(term_counts).where(term_counts.c.term == "upload").values(n=term_counts.c.n + 5)))
-    drift = mem.verify()
+    drift = mem.admin.verify()
     assert drift.term_counts == 1 and not drift.clean
-    assert mem.repair().term_counts == 1
-    assert mem.verify().clean
+    assert mem.admin.repair().term_counts == 1
+    assert mem.admin.verify().clean
     _agree(mem)
     if mem.store.is_sqlite:  # the command line reports them too
         mem.store.write(lambda conn: conn.execute(delete(term_counts).where(term_counts.c.term == text.stem("retry"))))

@@ -336,7 +336,7 @@ def test_feedback_important_raises_importance_by_the_step_capped_at_one(open_mem
     node = mem.add("The user's team meets on Tuesdays", type="event")
     imp = node.importance
     assert imp == mem.config.weights.importance_by_type["event"]
-    seq = mem.stats().log_seq
+    seq = mem.admin.stats().log_seq
     version = node.version
     w_prev = mem.weight(node)
     for _ in range(math.ceil((1.0 - imp) / s) + 2):  # enough to hit the cap and stay there
@@ -351,7 +351,7 @@ def test_feedback_important_raises_importance_by_the_step_capped_at_one(open_mem
         assert mem.weight(out) >= w_prev
         w_prev = mem.weight(out)
     assert mem.get(node).importance == 1.0
-    assert mem.stats().log_seq > seq
+    assert mem.admin.stats().log_seq > seq
 
 
 def test_feedback_confirmed_raises_confidence_by_its_step(open_memory: Callable[..., MemoryTree]) -> None:
@@ -392,7 +392,7 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
     created = hotel.created_at
     mem.flush()  # the adds' index writes, waiting for their batch, go in now
     clock.advance(3600)
-    seq = mem.stats().log_seq
+    seq = mem.admin.stats().log_seq
     expected: dict[str, int] = {}
 
     with _count_write_transactions(mem) as writes:
@@ -402,7 +402,7 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
             for i in _reads(recall):
                 expected[i] = expected.get(i, 0) + 1
         assert writes[0] == 0, "reads alone must not open write transactions"
-        assert mem.stats().log_seq == seq
+        assert mem.admin.stats().log_seq == seq
         assert mem.get(hotel).access_count == 0, "buffered, not yet written"
         assert mem.get(hotel).accessed_at == created
 
@@ -412,7 +412,7 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
         assert writes[0] == 1, "nothing pending: no transaction"
 
     # One "access" log entry per flush (portability: replay counts reads too).
-    assert mem.stats().log_seq == seq + 1, "one logged operation for all buffered reads"
+    assert mem.admin.stats().log_seq == seq + 1, "one logged operation for all buffered reads"
     for node_id, n in expected.items():
         assert mem.get(node_id).access_count == n
     assert mem.get(hotel).access_count == 3
@@ -424,7 +424,7 @@ def test_reads_raise_access_count_only_when_flushed(open_memory: Callable[..., M
     mem.close()
     reopened = open_memory(folder=tmp_path / "mem")
     assert reopened.get(hotel).access_count == 5
-    assert reopened.stats().log_seq == seq + 2  # close() flushed: a second "access" entry
+    assert reopened.admin.stats().log_seq == seq + 2  # close() flushed: a second "access" entry
 
 
 def _unread_weight(mem: MemoryTree, node_id: str, now: float) -> float:

@@ -346,7 +346,7 @@ class Graphs:
                 # replayed on the saved copy once it is loaded, up to a point.
                 early.append(_entry(before, after, kind, ids, vectors))
                 self._early_n[namespace] = self._early_n.get(namespace, 0) + len(ids)
-                if self._early_n[namespace] > _EARLY_MAX:
+                if self._early_n[namespace] > EARLY_MAX:
                     self._early[namespace] = None  # (the saved copy can no longer catch up)
                     remove_saved(self._folder, name)
                 return
@@ -412,9 +412,17 @@ class Graphs:
             remove_saved(self._folder, name)
 
     def ready(self, namespace: str) -> bool:
+        """Whether the namespace's copy answers queries now."""
         with self._lock:
             copy = self._copies.get(namespace)
             return copy is not None and copy.thread is None and copy.graph is not None and not copy.failed
+
+    def pending(self, namespace: str) -> int:
+        """How many writes the namespace's copy counts that its graph does not hold yet
+        (the inserting thread's backlog)."""
+        with self._lock:
+            copy = self._copies.get(namespace)
+            return 0 if copy is None else len(copy.pending)
 
     def wait(self, namespace: str, timeout: float | None = None) -> bool:
         """Wait for the namespace's copy being loaded or built; whether it is ready."""
@@ -425,10 +433,12 @@ class Graphs:
             thread.join(timeout)
         return self.ready(namespace)
 
-    def close(self, names: Callable[[str], str]) -> None:
+    def close(self, names: Callable[[str], str], *, save: bool = True) -> None:
         """Stop the threads and save the copies that changed (``names``: a
         namespace's file name). Call without holding the index's lock: a thread
-        reading Chroma may be waiting for it."""
+        reading Chroma may be waiting for it. ``save=False`` saves none: the copies
+        are let go as a killed process leaves them (see
+        :func:`hybrid_memory.testing.abandon_graphs`)."""
         self._stop.set()
         with self._lock:
             threads = [c.thread for c in self._copies.values() if c.thread is not None]
@@ -438,6 +448,8 @@ class Graphs:
         for t in threads:
             t.join()
         with self._lock:
+            if not save:
+                self._copies.clear()
             for copy in self._copies.values():
                 self._settle(copy)
             copies, self._copies = dict(self._copies), {}
@@ -558,8 +570,8 @@ def _drop(copy: _Copy) -> None:
 
 _Entry = tuple[int, int, str, list[str], Any]
 #: Vectors written before a namespace's copy was started that are kept to replay
-#: on the saved copy, at most.
-_EARLY_MAX = 20000
+#: on the saved copy, at most (read at each write: a test may lower it).
+EARLY_MAX = 20000
 
 
 def _entry(before: int, after: int, kind: str, ids: Sequence[str], vectors: np.ndarray[Any, Any] | None) -> _Entry:
@@ -575,4 +587,4 @@ def _apply(graph: Graph, kind: str, ids: Sequence[str], vectors: np.ndarray[Any,
         graph.delete(ids)
 
 
-__all__ = ["Graph", "Graphs", "available", "remove_saved"]
+__all__ = ["EARLY_MAX", "Graph", "Graphs", "available", "remove_saved"]

@@ -22,7 +22,7 @@ def _print_drift(drift: Drift, *, verb: str) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        drift = mem.verify()
+        drift = mem.admin.verify()
         if args.json:
             print_json(drift)
         else:
@@ -32,8 +32,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        drift = mem.repair()
-        after = mem.verify()
+        drift = mem.admin.repair()
+        after = mem.admin.verify()
         if args.json:
             print_json({"found": drift, "clean_after": after.clean})
         else:
@@ -43,6 +43,6 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        written = mem.reindex(progress=sys.stderr.isatty())
+        written = mem.admin.reindex(progress=sys.stderr.isatty())
         print(f"reindexed {written} live nodes")
     return 0

@@ -26,7 +26,7 @@ def _parse_when(value: str) -> float:
 
 def cmd_export(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        t = mem.export(args.file, include_log=args.include_log)
+        t = mem.admin.export(args.file, include_log=args.include_log)
     if args.json:
         print_json(t)
     else:
@@ -37,7 +37,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        t = mem.import_(args.file)
+        t = mem.admin.import_(args.file)
     if args.json:
         print_json(t)
     else:

@@ -59,7 +59,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        s = mem.stats()
+        s = mem.admin.stats()
         if args.json:
             print_json(s)
             return 0

@@ -94,10 +94,10 @@ def cmd_erase(args: argparse.Namespace) -> int:
         raise InvalidInputError("erase: give a node id, or --all for the whole namespace")
     with open_tree(args) as mem:
         if args.all:
-            n = mem.erase_namespace(compact=not args.no_compact)
+            n = mem.admin.erase_namespace(compact=not args.no_compact)
             print(f"erased namespace {mem.namespace!r}: {n} nodes")
         else:
-            ids = mem.erase(resolve(mem, args.node), compact=not args.no_compact)
+            ids = mem.admin.erase(resolve(mem, args.node), compact=not args.no_compact)
             print(f"erased {len(ids)} nodes")
     return 0
 

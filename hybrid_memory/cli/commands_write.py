@@ -1,4 +1,4 @@
-"""Commands that write memories or move the session: add, forget, focus, checkpoint."""
+"""Commands that write memories or move the session: add, place, forget, focus, checkpoint."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 from ..ids import short_id
-from ..writing import ROOT
+from ..items import AUTO, AUTO_WORD, ROOT
 from .common import clip, open_tree, print_json, resolve
 
 
 def cmd_add(args: argparse.Namespace) -> int:
     with open_tree(args) as mem:
-        parent: Any = ROOT if args.root else (resolve(mem, args.parent) if args.parent else None)
+        parent: Any = ROOT if args.root else AUTO if args.parent == AUTO_WORD else (
+            resolve(mem, args.parent) if args.parent else None)
         meta = json.loads(args.meta) if args.meta else None
         node = mem.add(
             args.content, type=args.type, parent=parent, importance=args.importance,
@@ -24,6 +25,18 @@ def cmd_add(args: argparse.Namespace) -> int:
         else:
             verb = "merged into" if node.merged else "added"
             print(f"{verb} {node.id} [{node.type.value}] under {node.parent_id or '(root)'}")
+            if node.placement is not None:
+                print(node.placement.explain())
+    return 0
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    with open_tree(args) as mem:
+        placed = mem.place(args.content)
+        if args.json:
+            print_json(placed.as_dict())
+        else:
+            print(placed.explain())
     return 0
 
 

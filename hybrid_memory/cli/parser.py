@@ -12,7 +12,7 @@ from .commands_portability import cmd_export, cmd_import, cmd_log, cmd_restore
 from .commands_read import cmd_recover, cmd_retrieve, cmd_stats, cmd_tree
 from .commands_safety import cmd_audit, cmd_compact, cmd_erase, cmd_keygen, cmd_rotate_key
 from .commands_service import cmd_apikey, cmd_mcp, cmd_serve
-from .commands_write import cmd_add, cmd_checkpoint, cmd_focus, cmd_forget
+from .commands_write import cmd_add, cmd_checkpoint, cmd_focus, cmd_forget, cmd_place
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,13 +58,20 @@ def _add_memory_commands(sub: Any) -> None:
     a.add_argument("content")
     a.add_argument("--type", "-t", required=True, help="task, state, event, fact, preference, decision or summary")
     g = a.add_mutually_exclusive_group()
-    g.add_argument("--parent", "-p", help="parent node id (or unique prefix); default: the active node")
+    g.add_argument("--parent", "-p", help="parent node id (or unique prefix), or 'auto': the task branch the "
+                                          "memory reads closest to; default: the active node")
     g.add_argument("--root", action="store_true", help="start a new tree")
     a.add_argument("--importance", type=float)
     a.add_argument("--confidence", type=float)
     a.add_argument("--meta", help="JSON object of extra fields")
     a.add_argument("--pin", action="store_true", help="never forget this memory")
     a.set_defaults(func=cmd_add)
+
+    pl = sub.add_parser("place", help="where --parent auto would put a memory",
+                        description="Say which task branch a memory of CONTENT would go under with --parent auto, "
+                                    "and why (its score and the runner-up's). Writes nothing.")
+    pl.add_argument("content")
+    pl.set_defaults(func=cmd_place)
 
     r = sub.add_parser("retrieve", help="find the memories a query needs",
                        description="Locate the task branch by meaning, rank inside it, print the context.")

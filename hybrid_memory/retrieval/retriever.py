@@ -154,6 +154,20 @@ class Retriever:
             stages=tuple(stages),
         )
 
+    def locate_branches(self, text_: str, vector: np.ndarray[Any, Any]) -> list[tuple[float, str, int]]:
+        """Stage 1 alone for ``text_`` (its embedding ``vector`` given): the branches
+        it reads closest to, (score, branch id, candidates) best first, the session's
+        active family preferred as for a query. Where a new memory belongs
+        (``parent=AUTO``) is read this way."""
+        with self.store.reading() as conn:
+            seq = functools.cache(lambda: self.store.log.last_seq(conn, self.namespace))
+            waiting = outbox_vectors(self.store, self.namespace, conn)
+            view = self._view(conn)
+            said, qvec, fetched = self._channels(conn, view, text_, ready(vector[None, :]), waiting, seq)
+            cands = gather(view, said.words, said.found, fetched, qvec, self.config.retrieval.candidates)
+            active = None if self.session is None else functools.partial(self._active_root, conn, view)
+            return locate(self.config.retrieval, said.words, cands, said.dense_mix, active).branches
+
     def _channels(
         self, conn: Connection, view: RowView | StoreView, query: str,
         vector: Callable[[], np.ndarray[Any, Any]], waiting: Mapping[str, np.ndarray[Any, Any]],

@@ -13,6 +13,7 @@ from ..model import (
     Checkpoint,
     ForgetReport,
     Node,
+    Placement,
     Recall,
     RecoveryState,
     ScoredNode,
@@ -27,7 +28,8 @@ class _In(BaseModel):
 class AddIn(_In):
     content: str = Field(description="What to remember.")
     type: str = Field(description="task, state, event, fact, preference, decision or summary")
-    parent: str | None = Field(default=None, description="Parent node id; none: under the active node.")
+    parent: str | None = Field(default=None, description="Parent node id, or \"auto\": under the task branch "
+                                                         "the memory reads closest to; none: under the active node.")
     root: bool = Field(default=False, description="Start a new tree (ignore the active node).")
     importance: float | None = None
     confidence: float | None = None
@@ -78,6 +80,24 @@ class CheckpointIn(_In):
     note: str | None = None
 
 
+class PlaceIn(_In):
+    content: str = Field(description="The memory to place.")
+
+
+class PlacementOut(BaseModel):
+    parent_id: str | None = Field(description="Where the memory goes; null: the top.")
+    by: str = Field(description="\"branch\": the closest branch's head; \"active\": none was close enough.")
+    branch_id: str | None = Field(description="The closest branch, taken or not.")
+    score: float
+    runner_up_id: str | None
+    runner_up_score: float
+    threshold: float = Field(description="write.place_min")
+
+    @classmethod
+    def of(cls, p: Placement) -> PlacementOut:
+        return cls(**p.as_dict())
+
+
 class NodeOut(BaseModel):
     id: str
     namespace: str
@@ -99,6 +119,7 @@ class NodeOut(BaseModel):
     active_at: float
     merged: bool
     weight: float | None = Field(default=None, description="The weight now (tree and inspector views).")
+    placement: PlacementOut | None = Field(default=None, description="Where parent \"auto\" put it, and why.")
 
     @classmethod
     def of(cls, n: Node, weight: float | None = None) -> NodeOut:
@@ -107,7 +128,7 @@ class NodeOut(BaseModel):
             meta=dict(n.meta), importance=n.importance, confidence=n.confidence, access_count=n.access_count,
             pinned=n.pinned, status=n.status.value, version=n.version, depth=n.depth, branch_id=n.branch_id,
             created_at=n.created_at, updated_at=n.updated_at, accessed_at=n.accessed_at, active_at=n.active_at,
-            merged=n.merged, weight=weight,
+            merged=n.merged, weight=weight, placement=None if n.placement is None else PlacementOut.of(n.placement),
         )
 
 

@@ -42,14 +42,14 @@ def delete(namespace: str, node_id: str, ask: Asker = Asks) -> IdsOut:
 def erase(namespace: str, node_id: str, ask: Asker = Asks) -> IdsOut:
     """Erase a subtree everywhere and compact the store (admin)."""
     with ask.memory() as mem:
-        return IdsOut(ids=mem.erase(node_id))
+        return IdsOut(ids=mem.admin.erase(node_id))
 
 
 @router.post("/v1/{namespace}/erase", response_model=CountOut, tags=["admin"])
 def erase_namespace(namespace: str, ask: Asker = Asks) -> CountOut:
     """Erase the whole namespace everywhere (admin)."""
     with ask.memory() as mem:
-        return CountOut(nodes=mem.erase_namespace())
+        return CountOut(nodes=mem.admin.erase_namespace())
 
 
 @router.post("/v1/{namespace}/forget", response_model=ForgetOut, tags=["write"])

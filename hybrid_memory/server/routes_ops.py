@@ -25,7 +25,7 @@ def prometheus(who: ApiKey = Depends(holder), session: str = Session,  # noqa: B
     """Prometheus text format for the key's namespace: node counts, depth, outbox
     backlog, age of the last checkpoint, retrieval latency, requests by route."""
     with svc.memory(who, session) as mem:
-        s = mem.stats()
+        s = mem.admin.stats()
         with mem.store.reading() as conn:
             pending = mem.store.outbox.pending_count(conn, mem.namespace)
     lines = _gauges(who.namespace, s, pending) + _traffic(who.namespace, svc.metrics)

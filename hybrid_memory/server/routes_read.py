@@ -46,7 +46,7 @@ def recover(namespace: str, ask: Asker = Asks) -> RecoverOut:
 @router.get("/v1/{namespace}/stats", response_model=StatsOut)
 def stats(namespace: str, ask: Asker = Asks) -> StatsOut:
     with ask.memory() as mem:
-        return StatsOut.of(mem.stats())
+        return StatsOut.of(mem.admin.stats())
 
 
 @router.get("/v1/{namespace}/tree", response_model=TreeOut)
@@ -69,7 +69,7 @@ def export(namespace: str, include_log: bool = False, ask: Asker = Asks) -> File
     target = Path(name)
     try:
         with ask.memory() as mem:
-            mem.export(target, include_log=include_log)
+            mem.admin.export(target, include_log=include_log)
     except BaseException:
         target.unlink(missing_ok=True)
         raise

@@ -6,18 +6,19 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ..writing import ROOT
+from ..items import ROOT, parent_named
 from .deps import Asker, Asks
-from .models import AddIn, BatchIn, FeedbackIn, MoveIn, NodeOut, UpdateIn
+from .models import AddIn, BatchIn, FeedbackIn, MoveIn, NodeOut, PlaceIn, PlacementOut, UpdateIn
 
 router = APIRouter(tags=["write"])
 
 
 @router.post("/v1/{namespace}/nodes", response_model=NodeOut, status_code=201)
 def add(namespace: str, body: AddIn, ask: Asker = Asks) -> NodeOut:
-    """Write one memory (under ``parent``, or the active node; ``root`` starts a new tree)."""
+    """Write one memory (under ``parent``, or the active node; ``root`` starts a new tree;
+    ``parent: "auto"`` places it under the task branch it reads closest to)."""
     with ask.memory() as mem:
-        parent: Any = ROOT if body.root else body.parent
+        parent: Any = ROOT if body.root else parent_named(body.parent)
         node = mem.add(body.content, type=body.type, parent=parent, importance=body.importance,
                        confidence=body.confidence, meta=body.meta, ts=body.ts, pinned=body.pinned)
         return NodeOut.of(node)
@@ -31,9 +32,18 @@ def add_many(namespace: str, body: BatchIn, ask: Asker = Asks) -> list[NodeOut]:
         item = it.model_dump(exclude_none=True)
         if item.pop("root", False):
             item["parent"] = ROOT
+        elif "parent" in item:
+            item["parent"] = parent_named(item["parent"])
         items.append(item)
     with ask.memory() as mem:
         return [NodeOut.of(n) for n in mem.add_many(items)]
+
+
+@router.post("/v1/{namespace}/place", response_model=PlacementOut)
+def place(namespace: str, body: PlaceIn, ask: Asker = Asks) -> PlacementOut:
+    """Where a memory would go with ``parent: "auto"``, and why. Writes nothing."""
+    with ask.memory() as mem:
+        return PlacementOut.of(mem.place(body.content))
 
 
 @router.patch("/v1/{namespace}/nodes/{node_id}", response_model=NodeOut)

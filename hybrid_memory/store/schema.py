@@ -343,8 +343,10 @@ FORGET_COLUMNS = (
 #: Enum members by stored value: a dict lookup instead of the Enum call per row.
 _TYPES = {t.value: t for t in NodeType}
 _STATUSES = {s.value: s for s in Status}
-#: The columns a Node is made of, in its field order (``merged`` is not stored).
-_NODE_COLUMNS = tuple(name for name in Node.__dataclass_fields__ if name != "merged")
+#: Node fields that are a write's answer, not stored.
+_UNSTORED = ("merged", "placement")
+#: The columns a Node is made of, in its field order.
+_NODE_COLUMNS = tuple(name for name in Node.__dataclass_fields__ if name not in _UNSTORED)
 
 
 class _PlainRow:
@@ -389,6 +391,7 @@ def node_from_row(row: Row[Any] | Mapping[str, Any], merged: bool = False) -> No
     values["meta"] = {} if meta == "{}" else json.loads(meta)
     values["pinned"] = bool(values["pinned"])
     values["merged"] = merged
+    values["placement"] = None
     node = object.__new__(Node)
     node.__dict__.update(values)
     return node

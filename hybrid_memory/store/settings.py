@@ -74,5 +74,5 @@ class SettingsRepository:
                     conn.execute(select(oplog.c.seq).limit(1)).first() is not None:
                 raise EncryptionKeyError(
                     "this memory holds unencrypted data: seal it with `hybrid-memory rotate-key` "
-                    "(or MemoryTree.rotate_key) before opening it with a key")
+                    "(or MemoryTree.admin.rotate_key) before opening it with a key")
             self.set(conn, "encryption", json.dumps({"scheme": "aes-256-gcm", "keys": [self._db.keyring.primary]}))

@@ -286,6 +286,13 @@ class ChromaIndex:
             if len(res["ids"]):
                 yield generation, list(res["ids"]), np.asarray(res["embeddings"], dtype=np.float32)
 
+    @property
+    def graphs(self) -> Graphs | None:
+        """The in-process graphs (None when they are off: ``graphs=False``, a server, a
+        given client, or no ``hnswlib``). Read only, for tests and benchmarks: their
+        counters ``loads`` and ``builds``, :meth:`Graphs.ready`, :meth:`Graphs.pending`."""
+        return self._graphs
+
     def wait_for_graph(self, namespace: str, timeout: float | None = None) -> bool:
         """Wait while the namespace's in-process graph is loaded or built; whether it
         answers queries now (False when graphs are off)."""
