@@ -113,14 +113,11 @@ def plan(items: Sequence[tuple[str, Path]], held: PathVectors | None = None,
 
     def combine(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         vectors = np.asarray(vectors, dtype=np.float32)
-        if given:
-            out = np.empty((n, vectors.shape[1] if len(vectors) else len(next(iter(given.values())))),
-                           dtype=np.float32)
-            for i, v in given.items():
-                out[i] = v
-            out[todo] = vectors[: len(todo)]
-        else:
-            out = np.array(vectors[:n], copy=True)
+        dim = vectors.shape[1] if vectors.ndim == 2 else len(next(iter(given.values())))
+        out = np.empty((n, dim), dtype=np.float32)
+        for i, v in given.items():
+            out[i] = v
+        out[todo] = vectors[: len(todo)]
         if not keys:
             return out
         m = len(todo)

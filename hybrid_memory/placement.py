@@ -55,11 +55,9 @@ class Placer:
                  active: Callable[[], str | None], threshold: float) -> None:
         self._embed, self._locate, self._active, self._threshold = embed, locate, active, threshold
 
-    def place(self, content: str, vector: np.ndarray[Any, Any] | None = None) -> Placement:
-        """Where ``content`` would go (its embedding ``vector``, made when not given)."""
-        if vector is None:
-            vector = self._embed([content])[0]
-        return decide(self._locate(content, vector), self._active(), self._threshold)
+    def place(self, content: str) -> Placement:
+        """Where ``content`` would go."""
+        return decide(self._locate(content, self._embed([content])[0]), self._active(), self._threshold)
 
     def resolve(self, prepared: Sequence[Prepared]
                 ) -> tuple[list[Prepared], dict[int, Placement], dict[int, np.ndarray[Any, Any]]]:
@@ -71,10 +69,11 @@ class Placer:
         if not auto:
             return list(prepared), {}, {}
         vectors = self._embed([prepared[i].content for i in auto])
+        active = self._active()  # (the same for every item: the batch is not written yet)
         out = list(prepared)
         placements: dict[int, Placement] = {}
         for j, i in enumerate(auto):
-            placed = self.place(prepared[i].content, vectors[j])
+            placed = decide(self._locate(prepared[i].content, vectors[j]), active, self._threshold)
             placements[i] = placed
             out[i] = replace(prepared[i], parent=placed.parent_id if placed.by == "branch" else None)
         return out, placements, {i: vectors[j] for j, i in enumerate(auto)}

@@ -124,17 +124,20 @@ def test_every_error_is_exported_from_the_package() -> None:
         assert getattr(hybrid_memory, name) is getattr(errors, name)
 
 
-def test_root_sentinel_is_a_singleton() -> None:
-    assert repr(hybrid_memory.ROOT) == "ROOT"
-    assert type(hybrid_memory.ROOT)() is hybrid_memory.ROOT
+@pytest.mark.parametrize("name", ["ROOT", "AUTO"])
+def test_parent_sentinels_are_singletons(name: str) -> None:
+    sentinel = getattr(hybrid_memory, name)
+    assert repr(sentinel) == name
+    assert type(sentinel)() is sentinel
 
 
-@pytest.mark.parametrize("name", DOCUMENTED_METHODS)
-def test_memory_tree_method_exists_with_docstring(name: str) -> None:
-    member = getattr(MemoryTree, name, None)
-    assert callable(member), f"MemoryTree.{name} is missing"
+@pytest.mark.parametrize(("cls", "name"), [(MemoryTree, n) for n in DOCUMENTED_METHODS]
+                         + [(Admin, n) for n in ADMIN_METHODS])
+def test_public_method_exists_with_docstring(cls: type, name: str) -> None:
+    member = getattr(cls, name, None)
+    assert callable(member), f"{cls.__name__}.{name} is missing"
     doc = inspect.getdoc(member)
-    assert doc and len(doc.split()) >= 3, f"MemoryTree.{name} needs a docstring"
+    assert doc and len(doc.split()) >= 3, f"{cls.__name__}.{name} needs a docstring"
 
 
 def test_open_is_a_classmethod() -> None:
@@ -155,14 +158,6 @@ def test_memory_tree_public_names_are_pinned() -> None:
 
 def test_memory_tree_is_a_context_manager() -> None:
     assert callable(MemoryTree.__enter__) and callable(MemoryTree.__exit__)
-
-
-@pytest.mark.parametrize("name", ADMIN_METHODS)
-def test_admin_method_exists_with_docstring(name: str) -> None:
-    member = getattr(Admin, name, None)
-    assert callable(member), f"Admin.{name} is missing"
-    doc = inspect.getdoc(member)
-    assert doc and len(doc.split()) >= 3, f"Admin.{name} needs a docstring"
 
 
 def test_admin_public_names_are_pinned() -> None:

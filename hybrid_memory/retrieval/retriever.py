@@ -33,9 +33,9 @@ from ..store.schema import node_from_row
 from ..store.sql import SqlStore
 from ..store.vectors import VectorIndex
 from ..weights import weight
-from .candidates import DENSE_FETCH, gather, ready
+from .candidates import DENSE_FETCH, Candidates, gather, ready
 from .expand import Opened, expand, open_branches
-from .locate import locate
+from .locate import Located, locate
 from .query import LexicalIndex, QueryWords
 from .rank import Scored, rank, rank_key
 from .select import Shown, assemble, clip
@@ -55,6 +55,18 @@ class _Lexical(NamedTuple):
     def note(self) -> str:
         return (f"words known to the memory {len(self.words.known)} of {len(self.qterms)}, "
                 f"dense share {self.dense_mix:.3f}")
+
+
+class _Stage1(NamedTuple):
+    """What a query's stages up to locate made (Retriever._located): the rows as the
+    transaction reads them, what the lexical channel found, the query's vector, the
+    candidates and the located branches."""
+
+    view: RowView | StoreView
+    said: _Lexical
+    qvec: np.ndarray[Any, Any]
+    cands: Candidates
+    located: Located
 
 
 _T_ = TypeVar("_T_")
@@ -115,17 +127,9 @@ class Retriever:
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
             seq = functools.cache(lambda: self.store.log.last_seq(conn, self.namespace))
-            # The outbox is read first, as recovery.nearest reads it: the index is asked after.
-            waiting = outbox_vectors(self.store, self.namespace, conn)
-            view = self._view(conn)
-            said, qvec, fetched = self._channels(conn, view, query, vector, waiting, seq)
+            view, said, qvec, cands, located = self._located(conn, query, vector, seq)
             words, dense_mix = said.words, said.dense_mix
-            stages = [("query", said.note)]
-            cands = gather(view, words, said.found, fetched, qvec, r.candidates)
-            stages.append(("candidates", cands.note))
-            active = None if self.session is None else functools.partial(self._active_root, conn, view)
-            located = locate(r, words, cands, dense_mix, active)
-            stages.append(("locate", located.note))
+            stages = [("query", said.note), ("candidates", cands.note), ("locate", located.note)]
             if not located.branches:
                 return Recall(query, (), "", 0, (), budget, stages=tuple(stages))
             # A question to a memory of no more branches than spread_branches (0: off)
@@ -161,12 +165,19 @@ class Retriever:
         (``parent=AUTO``) is read this way."""
         with self.store.reading() as conn:
             seq = functools.cache(lambda: self.store.log.last_seq(conn, self.namespace))
-            waiting = outbox_vectors(self.store, self.namespace, conn)
-            view = self._view(conn)
-            said, qvec, fetched = self._channels(conn, view, text_, ready(vector[None, :]), waiting, seq)
-            cands = gather(view, said.words, said.found, fetched, qvec, self.config.retrieval.candidates)
-            active = None if self.session is None else functools.partial(self._active_root, conn, view)
-            return locate(self.config.retrieval, said.words, cands, said.dense_mix, active).branches
+            return self._located(conn, text_, ready(vector[None, :]), seq).located.branches
+
+    def _located(self, conn: Connection, query: str, vector: Callable[[], np.ndarray[Any, Any]],
+                 seq: Callable[[], int]) -> _Stage1:
+        """The stages up to locate for ``query`` in ``conn``'s read transaction (the
+        session's active family preferred)."""
+        # The outbox is read first, as recovery.nearest reads it: the index is asked after.
+        waiting = outbox_vectors(self.store, self.namespace, conn)
+        view = self._view(conn)
+        said, qvec, fetched = self._channels(conn, view, query, vector, waiting, seq)
+        cands = gather(view, said.words, said.found, fetched, qvec, self.config.retrieval.candidates)
+        active = None if self.session is None else functools.partial(self._active_root, conn, view)
+        return _Stage1(view, said, qvec, cands, locate(self.config.retrieval, said.words, cands, said.dense_mix, active))
 
     def _channels(
         self, conn: Connection, view: RowView | StoreView, query: str,
