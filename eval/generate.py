@@ -357,6 +357,7 @@ class _Simulation:
             self._ask_due()
         if not task.script:
             self.open.remove(task)
+            self.events.append({"op": "finish", "id": task.id})  # (the agent is done with it)
         elif self.rng.random() < 0.04:  # parked: back in weeks, not in minutes
             self.open.remove(task)
             task.wake = self.session + self.rng.randint(40, 400)

@@ -41,6 +41,7 @@ from . import metrics  # noqa: E402
 from .systems import (  # noqa: E402
     BASELINES,
     BM25,
+    HYBRIDS,
     Answer,
     ArticleMinimal,
     CachedEmbedder,
@@ -129,7 +130,7 @@ def prepare(raw: Iterable[Mapping[str, Any]]) -> Prepared:
             full_tokens += line_tokens(e["type"], e["content"])
             if e["type"] == "task":
                 active = e["id"]
-        elif op in ("focus", "feedback"):
+        elif op in ("focus", "feedback", "finish"):
             _need(e, i, "id")
             if e["id"] not in seen:
                 raise TraceError(f"event {i}: {op} of {e['id']!r}, which has not been added")
@@ -263,6 +264,10 @@ class Replayer:
             out.recoveries.append(
                 expected is None if recovered is None else expected in self.from_sys.get(recovered, set())
             )
+        elif op == "finish":
+            finish = getattr(self.system, "finish", None)  # (a baseline has nothing to summarize)
+            if finish is not None:
+                finish(self.to_sys[e["id"]])
         elif op == "query":
             q = prepared.queries[e["_q"]]
             if self.check_forgotten:
@@ -287,17 +292,19 @@ class Replayer:
             return self.system.query(q.text, vector, k=k, budget=self.budget, now=q.ts, official=official)
 
         ans, ms = timed(lambda: ask(self.k, True))
-        reply = Reply(self._trace_ids(ans.ranked), ans.tokens, self._branch(ans.branch), ms, ans.everything)
+        reply = Reply(self._trace_ids(ans), ans.tokens, self._branch(ans.branch), ms, ans.everything)
         curve = ans if self.k == CURVE_K else ask(CURVE_K, False)
-        reply.curve = self._trace_ids(curve.ranked)
+        reply.curve = self._trace_ids(curve)
         for point in TOKEN_POINTS:
             at = ans if point == self.k else curve if point == CURVE_K else ask(point, False)
             reply.tokens_at[point] = at.tokens
-            reply.recall_at[point] = 1.0 if at.everything else metrics.recall_all(self._trace_ids(at.ranked), q.gold, point)
+            reply.recall_at[point] = 1.0 if at.everything else metrics.recall_all(self._trace_ids(at), q.gold, point)
         return reply
 
-    def _trace_ids(self, ranked: Sequence[str]) -> list[frozenset[str]]:
-        return [frozenset(self.from_sys.get(i, ())) for i in ranked]
+    def _trace_ids(self, ans: Answer) -> list[frozenset[str]]:
+        """The trace ids of each answer, with those it shows for others (a summary's)."""
+        return [frozenset(self.from_sys.get(i, ())).union(*(self.from_sys.get(j, ()) for j in ans.shows.get(i, ())))
+                for i in ans.ranked]
 
     def _branch(self, sys_id: str | None) -> frozenset[str] | None:
         return None if sys_id is None else frozenset(self.from_sys.get(sys_id, ()))
@@ -375,6 +382,8 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
             runs[name] = replay(system)
             if isinstance(system, HybridSystem) and system.place:
                 extra["placement"] = system.placement()
+            if isinstance(system, HybridSystem) and system.finishing:
+                extra["finished"] = dict(system.finished)
         if "hybrid" in runs and options.control and prepared.restarts:
             control = replay(HybridSystem("hybrid_control", workdir / "control", vectors, now, config=config),
                              skip_restarts=True)
@@ -406,16 +415,16 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
 
 def _make(name: str, workdir: Path, vectors: CachedEmbedder, now: Callable[[], float], config: Config,
           recover_args: Sequence[str] = ()) -> System:
-    if name in ("hybrid", "hybrid_auto"):
+    if name in HYBRIDS:
         return HybridSystem(name, workdir / name, vectors, now, config=config, recover_args=recover_args,
-                            place=name == "hybrid_auto")
+                            place=name == "hybrid_auto", finish=name == "hybrid_finished")
     if name == "flat_vector":
         return FlatVector(config, workdir / "flat", vectors)
     makers: dict[str, Callable[[Config], System]] = {
         "bm25": BM25, "recent": Recent, "full_history": FullHistory, "article_minimal": ArticleMinimal,
     }
     if name not in makers:
-        raise ValueError(f"unknown system {name!r}; choose from hybrid, hybrid_auto, {', '.join(BASELINES)}")
+        raise ValueError(f"unknown system {name!r}; choose from {', '.join((*HYBRIDS, *BASELINES))}")
     return makers[name](config)
 
 
@@ -561,6 +570,9 @@ def build_parser(prog: str = "python -m eval") -> argparse.ArgumentParser:
     p.add_argument("--systems", default=",".join(("hybrid", *BASELINES)), help="comma-separated systems to run")
     p.add_argument("--forget-cap", type=float, default=0.5,
                    help="forgetting run: cap live nodes at this share of the trace's nodes (0 turns it off)")
+    p.add_argument("--finish-sessions", action="store_true",
+                   help="finish each top-level task when the next one begins (sessions one after the other); "
+                        "hybrid_finished summarizes a finished task and forgets what its summary covers")
     p.add_argument("--no-control", action="store_true", help="skip the uninterrupted replay that checks answers after restarts")
     p.add_argument("--config", type=Path, help="a hybrid_memory TOML configuration to evaluate")
     p.add_argument("--model", help="embedding model for every system (a sentence-transformers name or path, 'bundled', ...)")
@@ -599,13 +611,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m eval") -> int
         print("error: --k must be in 1..200 and --budget positive", file=sys.stderr)
         return 2
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in systems if s not in ("hybrid", "hybrid_auto", *BASELINES)]
+    unknown = [s for s in systems if s not in (*HYBRIDS, *BASELINES)]
     if unknown:
-        print(f"error: unknown system(s) {unknown}; choose from hybrid, hybrid_auto, {', '.join(BASELINES)}",
+        print(f"error: unknown system(s) {unknown}; choose from {', '.join((*HYBRIDS, *BASELINES))}",
               file=sys.stderr)
         return 2
     try:
         events, source = load_events(args)
+        if args.finish_sessions:
+            from .trace import finish_sessions
+
+            events = finish_sessions(events)
         config = Config.load(args.config) if args.config else None
         if args.write_trace:
             from .trace import write_trace

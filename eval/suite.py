@@ -37,6 +37,7 @@ from hybrid_memory import Config
 
 from .harness import Options, evaluate
 from .report import write_all
+from .trace import finish_sessions
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,16 @@ class Source:
     budget: int = 1000
     #: Of a generated trace: "dev" (tuned on) or "test" (held out).
     split: str = "dev"
+    #: Its top-level tasks are sessions one after the other: each is finished when
+    #: the next begins, for ``hybrid_finished`` (eval.trace.finish_sessions).
+    sessions: bool = False
 
 
 SOURCES = (
-    Source("locomo", "dataset", "locomo"),
-    Source("longmemeval", "dataset", "longmemeval", budget=3000),
-    Source("madial", "dataset", "madial"),
-    Source("memdaily", "dataset", "memdaily"),
+    Source("locomo", "dataset", "locomo", sessions=True),
+    Source("longmemeval", "dataset", "longmemeval", budget=3000, sessions=True),
+    Source("madial", "dataset", "madial", sessions=True),
+    Source("memdaily", "dataset", "memdaily", sessions=True),
     Source("realmem", "dataset", "realmem"),
     Source("gen-en", "generate", "en"),
     Source("gen-zh", "generate", "zh"),
@@ -80,6 +84,8 @@ def run_source(source: Source, *, config_file: Path | None, systems: Sequence[st
 
         events = generate(nodes, lang=source.arg, seed=0, split=source.split)
         label = f"generated nodes={nodes} lang={source.arg} seed=0 split={source.split}"
+    if source.sessions and "hybrid_finished" in systems:
+        events = finish_sessions(events)
     config = Config.load(config_file) if config_file else None
     options = Options(k=10, budget=source.budget, systems=systems, forget_cap=None, control=False, config=config,
                       config_file=config_file, model=model, progress=False, cache=cache)
@@ -94,6 +100,8 @@ def summary(results: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
     out = {name: {f: s.get(f) for f in FIGURES} for name, s in results["systems"].items()}
     if "hybrid_auto" in out and "placement" in results:
         out["hybrid_auto"]["placement"] = results["placement"]["accuracy"]
+    if "hybrid_finished" in out and "finished" in results:
+        out["hybrid_finished"].update({f"finished_{k}": float(v) for k, v in results["finished"].items()})
     return out
 
 

@@ -8,6 +8,10 @@ baseline in a real Chroma collection): they are what a user would build instead.
 - ``hybrid``: :class:`hybrid_memory.MemoryTree` (SQLite + embedded Chroma).
 - ``hybrid_auto``: the same, every memory that is not a task written with
   ``parent=AUTO`` (placed by meaning): its placement accuracy is reported beside.
+- ``hybrid_finished``: the same, and at every ``finish`` event of the trace the task
+  is finished (``MemoryTree.finish``: summarized) and the details its summary covers
+  are forgotten; a summary in an answer shows the details whose every sentence it
+  holds (the compression run).
 - ``flat_vector``: Chroma top-k over every node; no tree, no weights.
 - ``bm25``: Okapi BM25 top-k over the same terms hybrid_memory indexes (Latin
   words, CJK bigrams).
@@ -28,15 +32,16 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from hybrid_memory import AUTO, ROOT, Config, MemoryTree, NodeType
+from hybrid_memory import AUTO, ROOT, Config, MemoryTree, NodeType, summaries
 from hybrid_memory import text as hm_text
 from hybrid_memory.embed import Embedder, Vectors
+from hybrid_memory.errors import InvalidInputError
 from hybrid_memory.retrieval import rank_key
 from hybrid_memory.store.vectors import ChromaIndex
 from hybrid_memory.weights import weight as node_weight
@@ -53,6 +58,8 @@ class Answer:
     branch: str | None = None
     #: The system returned everything, unranked (full_history): every gold memory is in.
     everything: bool = False
+    #: Ids of ``ranked`` that show others in their text (a summary), and those others.
+    shows: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class System(Protocol):
@@ -163,13 +170,21 @@ class HybridSystem:
     (``hybrid-memory recover --json``) what it recovers. ``place``: write every
     memory that is not a task, and whose parent is already stored, with
     ``parent=AUTO``, and count how many go to the branch the trace puts them in.
+    ``finish``: at a ``finish`` event, finish the task and forget what its summary
+    covers (a forget at a threshold just above 0 takes only what weighs 0: the
+    covered details, ``forgetting.summarized`` = 0).
     """
 
     def __init__(self, name: str, folder: Path, embedder: CachedEmbedder, clock: Callable[[], float], *,
                  config: Config | None = None, forget_cap: int | None = None,
-                 recover_in_subprocess: bool = True, recover_args: Sequence[str] = (), place: bool = False) -> None:
+                 recover_in_subprocess: bool = True, recover_args: Sequence[str] = (), place: bool = False,
+                 finish: bool = False) -> None:
         self.name = name
         self.place = place
+        self.finishing = finish
+        #: Tasks finished, details their summaries cover, and those forgotten.
+        self.finished = {"tasks": 0, "covered": 0, "forgotten": 0}
+        self._shown: dict[str, list[str]] = {}  # a summary's id -> the details its text holds
         #: Memories written with parent=AUTO, those placed in their true branch, and
         #: those the placement sent to the active node.
         self.placed = {"total": 0, "right": 0, "by_active": 0, "right_by_active": 0}
@@ -281,6 +296,26 @@ class HybridSystem:
             active = rec.active.id if rec.active else None
         return active
 
+    def finish(self, node_id: str) -> None:
+        if not self.finishing:
+            return
+        try:
+            summary = self._m.finish(node_id)
+        except InvalidInputError:  # nothing under it to summarize
+            return
+        covered = summary.meta[summaries.COVERS]
+        self.finished["tasks"] += 1
+        self.finished["covered"] += len(covered)
+        self.finished["forgotten"] += len(self._m.forget(threshold=1e-9).archived)
+
+    def _shows(self, node: Any) -> list[str]:
+        """The details a summary's text holds whole: every sentence of theirs is in it."""
+        if node.id not in self._shown:
+            ids = node.meta.get(summaries.COVERS) or []
+            self._shown[node.id] = [i for i in ids if all(
+                s in node.content for s in summaries.sentences(self._m.get(i).content))]
+        return self._shown[node.id]
+
     def query(self, text: str, vector: np.ndarray[Any, Any], *, k: int, budget: int, now: float,
               official: bool) -> Answer:
         recall = self._m.retrieve(text, k=k, budget_tokens=budget, now=now, reinforce=official)
@@ -288,7 +323,9 @@ class HybridSystem:
         ancestors = [s for s in recall.nodes if s.reason == "ancestor"]
         ranked = [s.node.id for s in picked] + [s.node.id for s in ancestors]
         branch = recall.branches[0].branch_id if recall.branches else None
-        return Answer(ranked, recall.tokens, branch)
+        shows = {s.node.id: self._shows(s.node) for s in recall.nodes
+                 if self.finishing and s.node.type is NodeType.SUMMARY}
+        return Answer(ranked, recall.tokens, branch, shows=shows)
 
     def branch_of(self, node_id: str) -> str | None:
         return self._m.get(node_id).branch_id
@@ -514,6 +551,8 @@ def line_tokens(typ: str, content: str) -> int:
 
 T = TypeVar("T")
 
+#: The systems that are hybrid_memory itself.
+HYBRIDS = ("hybrid", "hybrid_auto", "hybrid_finished")
 BASELINES = ("flat_vector", "bm25", "recent", "full_history", "article_minimal")
 
 

@@ -14,13 +14,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-OPS = frozenset({"namespace", "add", "focus", "feedback", "restart", "query", "update"})
+OPS = frozenset({"namespace", "add", "focus", "feedback", "restart", "query", "update", "finish"})
 
 # The fields an op cannot be replayed without; other ops are checked for "op" only.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "namespace": ("name",),
     "add": ("id", "content"),
     "query": ("id", "text", "gold"),
+    "finish": ("id",),
 }
 
 
@@ -69,3 +70,24 @@ def _check(event: object, where: str) -> None:
     missing = [name for name in REQUIRED.get(op, ()) if name not in event]
     if missing:
         raise TraceError(f"{where}: {op} event lacks {', '.join(missing)}")
+
+
+def finish_sessions(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` with a ``finish`` of each top-level task once the next top-level
+    task of its namespace is added: for traces of sessions one after the other
+    (LoCoMo, LongMemEval, MemDaily), where a session is over when the next begins.
+    A trace that finishes tasks itself is returned as it is."""
+    out = [dict(e) for e in events]
+    if any(e.get("op") == "finish" for e in out):
+        return out
+    result: list[dict[str, Any]] = []
+    last: str | None = None
+    for e in out:
+        if e.get("op") == "namespace":
+            last = None
+        elif e.get("op") == "add" and e.get("type") == "task" and e.get("parent") is None:
+            if last is not None:
+                result.append({"op": "finish", "id": last})
+            last = e["id"]
+        result.append(e)
+    return result

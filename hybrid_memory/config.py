@@ -73,6 +73,7 @@ class WriteConfig:
     passage_tokens: int
     branch_by: str
     place_min: float
+    summary_tokens: int
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ class ForgettingConfig:
     empty_task: float
     #: The share of its weight the one live memory under a task keeps.
     last_in_task: float
+    #: The share of its weight a memory a live summary covers keeps.
+    summarized: float
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,7 @@ def _check_feedback_and_forgetting(c: Config) -> None:
     _unit(c.forgetting.superseded, "forgetting.superseded")
     _unit(c.forgetting.empty_task, "forgetting.empty_task")
     _unit(c.forgetting.last_in_task, "forgetting.last_in_task")
+    _unit(c.forgetting.summarized, "forgetting.summarized")
     if c.forgetting.recency < 0 or w.importance + c.forgetting.recency + w.confidence + w.usage <= 0:
         raise ConfigError("forgetting.recency must be >= 0, with a positive sum of the weights coefficients")
     if c.forgetting.half_life_s <= 0:
@@ -350,6 +354,8 @@ def _check_write(w: WriteConfig) -> None:
         raise ConfigError("write.passage_tokens must be >= 16")
     if not w.place_min >= 0:
         raise ConfigError(f"write.place_min must be >= 0, got {w.place_min}")
+    if w.summary_tokens < 1:
+        raise ConfigError("write.summary_tokens must be >= 1")
 
 
 def _check_retrieval_sizes(r: RetrievalConfig) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from sqlalchemy.engine import Connection, Row
 
-from . import context, passages, portability, safety, text
+from . import context, passages, portability, safety, summaries, text
 from .config import Config
 from .embed import Embedder
 from .errors import ConflictError, CycleError, HybridMemoryError, InvalidInputError
@@ -246,8 +246,11 @@ class Editor:
         # Reads buffered in this handle are in the rows already: the facade wrote them
         # in this transaction, before this runs.
         cols = LiveColumns.of(rows)
+        summary_ids = [i for i, t in zip(cols.ids, cols.types, strict=True) if t == NodeType.SUMMARY.value]
+        covered = summaries.covered_by(node_from_row(r) for r in self.store.nodes.get_many(conn, summary_ids).values())
         plan = choose(cols, now=at, config=self.config, threshold=threshold, max_nodes=max_nodes,
-                      protected=protected, with_children=lambda ids: self.store.tree.with_children(conn, self.namespace, ids))
+                      protected=protected, with_children=lambda ids: self.store.tree.with_children(conn, self.namespace, ids),
+                      covered=covered)
         picked = [i for i, _ in plan]
         erased: list[str] = []
         if picked and not dry_run:

@@ -57,14 +57,18 @@ def limits(config: Config, threshold: float | None, max_nodes: int | None) -> tu
 
 
 def choose(cols: LiveColumns, *, now: float, config: Config, threshold: float, max_nodes: int,
-           protected: set[str], with_children: Callable[[list[str]], set[str]]) -> list[tuple[str, float]]:
+           protected: set[str], with_children: Callable[[list[str]], set[str]],
+           covered: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, float]]:
     """The (id, weight) pairs ``forget()`` prunes, in pruning order (:func:`plan_forget`):
-    the forgetting weights, lowered for a superseded state, an empty task and the last
-    memory of a task. Pinned and ``protected`` nodes stay. ``with_children``: which of
-    the given tasks have children, live or not (a leaf task with forgotten ones is empty)."""
+    the forgetting weights, lowered for a superseded state, an empty task, the last
+    memory of a task and a memory a live summary ``covered``. Pinned and ``protected``
+    nodes stay. ``with_children``: which of the given tasks have children, live or not
+    (a leaf task with forgotten ones is empty)."""
     f = config.forgetting
     ids = cols.ids
     weights = forget_weights(cols, now, config)
+    if covered and f.summarized < 1:
+        weights[[i for i, node_id in enumerate(ids) if node_id in covered]] *= f.summarized
     parent_row = parent_rows(ids, cols.parents)
     live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))
     # A task is empty once what was under it is forgotten: one with live

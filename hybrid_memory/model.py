@@ -139,7 +139,9 @@ class ScoredNode:
     node: Node
     #: Why it is in the context: "hit" (matched the query), "standing" (a high-weight
     #: state/preference/decision of the branch), "ancestor" (on a chosen node's path
-    #: to the root) or "top" (top by weight in the active task, for a query-less recall).
+    #: to the root), "top" (top by weight in the active task, for a query-less recall)
+    #: or "summary" (a finished task's summary, shown in place of the details picked
+    #: under it that did not all fit the token budget).
     reason: str
     similarity: float
     dense: float

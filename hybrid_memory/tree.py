@@ -20,8 +20,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
+from sqlalchemy.engine import Connection
+
 from . import _validate as check
-from . import context, opening, portability, reading, safety
+from . import context, opening, portability, reading, safety, summaries
 from .admin import Admin
 from .config import Config
 from .crypto import Keyring
@@ -32,7 +34,17 @@ from .errors import ClosedError, InvalidInputError, InvalidTypeError, NamespaceE
 from .forgetting import forgetting_weights, limits
 from .items import NodeRef, ParentRef, Root, feedback_values, prepare_many, update_values
 from .leftovers import Leftovers
-from .model import Checkpoint, ForgetReport, Node, NodeType, Placement, Recall, RecoveryState
+from .model import (
+    Checkpoint,
+    ForgetReport,
+    Node,
+    NodeType,
+    Placement,
+    Recall,
+    RecoveryState,
+    Status,
+    tree_order,
+)
 from .placement import Placer
 from .recovery import AppliedFirst, IndexBatch, drain_outbox
 from .retrieval import Retriever
@@ -369,6 +381,61 @@ class MemoryTree:
         now = self._clock()
         return self._reads.write_with(lambda conn: self._editor.checkpoint(conn, note, now))
 
+    # -- summaries (summaries.py) ---------------------------------------------------
+
+    @check.requires("write")
+    def summarize(self, node: NodeRef, summarizer: summaries.Summarizer | None = None, *,
+                  budget_tokens: int | None = None) -> Node:
+        """Write a ``summary`` node under ``node`` of the live memories below it, and
+        return it. ``summarizer``: any callable from their texts (oldest first) to one
+        text, an LLM call for example; by default :class:`summaries.Extractive` keeps
+        the highest-weighted, least redundant sentences within ``budget_tokens``
+        (``write.summary_tokens``). The summary's meta lists what it ``covers``;
+        forgetting takes those details first. A new summary of the node archives the
+        one before it."""
+        return self._summarize(node, summarizer, budget_tokens, finish=False)
+
+    @check.requires("write")
+    def finish(self, task: NodeRef, summarizer: summaries.Summarizer | None = None, *,
+               budget_tokens: int | None = None) -> Node:
+        """Mark a task finished and :meth:`summarize` it; returns the summary. A recall
+        that cannot fit what it picked under a finished task shows its summary instead."""
+        return self._summarize(task, summarizer, budget_tokens, finish=True)
+
+    def _summarize(self, node: NodeRef, summarizer: summaries.Summarizer | None, budget_tokens: int | None,
+                   *, finish: bool) -> Node:
+        self._live_check()
+        budget = self.config.write.summary_tokens if budget_tokens is None else check.positive_int(
+            budget_tokens, "budget_tokens")
+        with self.store.reading() as conn:
+            head = node_from_row(self._writer.row(conn, node, live=True))
+            below = [node_from_row(r) for r in self.store.tree.subtree(conn, self.namespace, head.path,
+                                                                       status=Status.LIVE)]
+        if finish and head.type is not NodeType.TASK:
+            raise InvalidInputError(f"finish takes a task; node {head.id} is a {head.type.value}")
+        covered = summaries.details(tree_order(below), head.id)
+        if not covered:
+            raise InvalidInputError(f"nothing under node {head.id} to summarize")
+        now = self._clock()
+        weights = [self._retriever.weight_of(n, now) for n in covered]
+        content, name = summaries.write_text(summarizer, covered, weights, budget)
+        written = self.add(check.content(content, self.config.write.max_content_chars), type=NodeType.SUMMARY,
+                           parent=head.id, importance=max(n.importance for n in covered),
+                           meta=summaries.summary_meta(head.id, covered, name), ts=now)
+        values = update_values(None, None, None, summaries.marked(head.meta, written.id, now if finish else None),
+                               None, self.config)
+        before = head.meta.get(summaries.SUMMARY_ID)
+
+        def mark(conn: Connection) -> None:
+            self._editor.update(conn, head.id, values, now=now, expected_version=None, vec=None, above=())
+            old = self.store.nodes.get(conn, before) if isinstance(before, str) and before != written.id else None
+            if old is not None and old.status == Status.LIVE.value and old.namespace == self.namespace:
+                self._editor.archive(conn, old.id, now)
+
+        self._reads.write_with(mark)
+        self._batch.add()
+        return written
+
     # -- archive, restore, delete, forget ----------------------------------------
 
     @check.requires("write")
@@ -500,7 +567,7 @@ class MemoryTree:
         at = self._now(now)
         recall = self._retriever.recall(query, k=k, budget=budget, branches=nb, now=at)
         if reinforce:
-            self._reads.note([s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top")], at)
+            self._reads.note([s.node.id for s in recall.nodes if s.reason in ("hit", "standing", "top", "summary")], at)
         self._audit("retrieve", [s.node.id for s in recall.nodes],
                     {"k": k, "budget_tokens": budget, "query": query is not None, "tokens": recall.tokens})
         return recall

@@ -59,7 +59,7 @@ EXPECTED_ALL = [
 DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
     "unarchive", "rewind", "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "get",
-    "children", "path", "nodes", "close", "flush", "weight", "place",
+    "children", "path", "nodes", "close", "flush", "weight", "place", "summarize", "finish",
 ]
 
 # mem.admin: the maintenance operations.
@@ -75,6 +75,8 @@ KEYWORD_OPTIONS = {
     "feedback": (["node"], ["important", "confirmed", "importance", "confidence"]),
     "restore": (["node"], ["seq", "as_of"]),  # deprecated: unarchive / rewind
     "rewind": ([], ["seq", "as_of"]),  # portability: time travel
+    "summarize": (["node", "summarizer"], ["budget_tokens"]),
+    "finish": (["task", "summarizer"], ["budget_tokens"]),
     "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
                        "key", "role", "actor", "faults"]),
 }

@@ -208,3 +208,23 @@ def test_embedding_cache_round_trip_skips_the_model(tmp_path: Path, embedder: An
     assert np.allclose(got, first.embed(texts))
     second.embed(["a text never seen"])
     assert calls == [1]
+
+
+def test_finish_events_summarize_and_a_summary_shows_what_it_holds(embedder: Any) -> None:
+    """hybrid_finished finishes a task at a ``finish`` event and forgets its details; a
+    question about a detail the summary holds whole counts it found through the summary,
+    and the plain hybrid system ignores the event."""
+    from eval.trace import finish_sessions
+
+    trace = finish_sessions([e for e in EXPENSE if e["op"] != "restart"])
+    assert [e["id"] for e in trace if e["op"] == "finish"] == ["t1"]  # t2 began after it
+    results = harness.evaluate(trace, harness.Options(systems=("hybrid", "hybrid_finished"), progress=False,
+                                                      forget_cap=None, control=False), embedder=embedder)
+    assert results["finished"] == {"tasks": 1, "covered": 2, "forgotten": 2}
+    for system in ("hybrid", "hybrid_finished"):
+        assert results["systems"][system]["recall_all@10"] == 1.0, system
+
+
+def test_a_finish_of_an_unknown_task_is_refused() -> None:
+    with pytest.raises(TraceError, match="finish"):
+        harness.prepare(EXPENSE[:2] + [{"op": "finish", "id": "t9"}])

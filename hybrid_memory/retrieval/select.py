@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import passages, text
+from .. import passages, summaries, text
 from ..accel.rowcache import RowView, StoreView, own_node
 from ..model import Node, NodeType, ScoredNode, tree_order
 from ..passages import Passages
@@ -46,11 +46,53 @@ def assemble(view: RowView | StoreView, picked: Sequence[tuple[Scored, str]], sc
         known[node_id] = Scored(node, weight=weigh(node))
     cost_of = _line_cost(shown)
     chosen, dropped = _fit(picked, known, budget, cost_of)
+    summarized = ""
+    if dropped:
+        # What does not fit: a finished task's summary in place of its details.
+        swapped, replaced = _summaries_for(view, picked, known, weigh, cost_of)
+        refit = _fit(swapped, known, budget, cost_of) if replaced else None
+        # (kept only when every summary it put in fits: else the details that fit stay)
+        if refit is not None and all(sid in refit[0] for sid in replaced):
+            chosen, dropped = refit
+            summarized = f", finished tasks shown by their summary {len(replaced)} ({sum(replaced.values())} memories)"
     nodes, context, tokens = _render(view, chosen, cost_of, shown)
     by_passage = sum(s.passage is not None for s in nodes)
     note = (f"tokens {tokens}/{budget}, dropped for budget {dropped}, "
-            f"long memories shown by a passage {by_passage}")
+            f"long memories shown by a passage {by_passage}{summarized}")
     return Selected(nodes, context, tokens, dropped, note)
+
+
+def _summaries_for(view: RowView | StoreView, picked: Sequence[tuple[Scored, str]], known: dict[str, Scored],
+                   weigh: Callable[[Node], float], cost_of: Callable[[Node], int]
+                   ) -> tuple[list[tuple[Scored, str]], dict[str, int]]:
+    """``picked`` with the picks under each finished task replaced by the task's live
+    summary, where the summary costs fewer tokens than they do (placed where the first
+    of them was), and how many picks each summary replaced (by summary id). The
+    summaries' rows are added to ``known``."""
+    finished: dict[str, str] = {}  # task id -> its summary's id
+    for s, _ in picked:
+        for a in s.node.ancestor_ids:
+            sid = summaries.finished_summary(known[a].node) if a in known else None
+            if sid is not None:
+                finished[a] = sid
+    if not finished:
+        return list(picked), {}
+    for sid, row in view.rows(list(set(finished.values())), live_only=True).items():
+        if sid not in known:
+            node = view.node(row)
+            known[sid] = Scored(node, weight=weigh(node))
+    under: dict[str, list[int]] = {}  # summary id -> the picks it would replace
+    for n, (s, _) in enumerate(picked):
+        task = next((a for a in s.node.ancestor_ids if a in finished and finished[a] in known), None)
+        if task is not None:
+            under.setdefault(finished[task], []).append(n)
+    swap = {sid: ns for sid, ns in under.items()
+            if cost_of(known[sid].node) < sum(cost_of(picked[n][0].node) for n in ns)}
+    first = {ns[0]: sid for sid, ns in swap.items()}
+    gone = {n for ns in swap.values() for n in ns}
+    out = [(known[first[n]], "summary") if n in first else picked[n] for n in range(len(picked))
+           if n in first or n not in gone]
+    return out, {sid: len(ns) for sid, ns in swap.items()}
 
 
 def _line_cost(shown: Shown) -> Callable[[Node], int]:
