@@ -182,8 +182,9 @@ class HybridSystem:
         self.name = name
         self.place = place
         self.finishing = finish
-        #: Tasks finished, details their summaries cover, and those forgotten.
-        self.finished = {"tasks": 0, "covered": 0, "forgotten": 0}
+        #: Tasks finished, details their summaries cover (and their tokens), the
+        #: summaries' tokens, and the details forgotten.
+        self.finished = {"tasks": 0, "covered": 0, "covered_tokens": 0, "summary_tokens": 0, "forgotten": 0}
         self._shown: dict[str, list[str]] = {}  # a summary's id -> the details its text holds
         #: Memories written with parent=AUTO, those placed in their true branch, and
         #: those the placement sent to the active node.
@@ -306,6 +307,8 @@ class HybridSystem:
         covered = summary.meta[summaries.COVERS]
         self.finished["tasks"] += 1
         self.finished["covered"] += len(covered)
+        self.finished["covered_tokens"] += sum(hm_text.count_tokens(self._m.get(i).content) for i in covered)
+        self.finished["summary_tokens"] += hm_text.count_tokens(summary.content)
         self.finished["forgotten"] += len(self._m.forget(threshold=1e-9).archived)
 
     def _shows(self, node: Any) -> list[str]:

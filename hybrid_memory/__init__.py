@@ -17,6 +17,7 @@ from .errors import (
     CycleError,
     EncryptionKeyError,
     HybridMemoryError,
+    IngestError,
     InvalidContentError,
     InvalidInputError,
     InvalidTypeError,
@@ -25,6 +26,7 @@ from .errors import (
     NotFoundError,
     StorageError,
 )
+from .ingest import IngestReport
 from .items import AUTO, Auto
 from .model import (
     BranchScore,
@@ -64,6 +66,8 @@ __all__ = [
     "EncryptionKeyError",
     "ForgetReport",
     "HybridMemoryError",
+    "IngestError",
+    "IngestReport",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidTypeError",

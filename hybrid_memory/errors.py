@@ -8,7 +8,8 @@ a caller does about it::
     │   ├── InvalidContentError       empty, oversized or non-text content
     │   ├── InvalidWeightError        NaN, non-numeric or outside [0, 1]
     │   ├── InvalidTypeError          an unknown node type or argument type
-    │   └── CycleError                a move into the node's own subtree
+    │   ├── CycleError                a move into the node's own subtree
+    │   └── IngestError               a transcript to ingest is malformed (names the line)
     ├── NotFoundError                 no such node (or it is not live)
     ├── NamespaceError                the node belongs to another tenant
     ├── ConflictError                 the node changed since the caller read it
@@ -53,6 +54,18 @@ class InvalidTypeError(InvalidInputError):
 
 class CycleError(InvalidInputError):
     code = "cycle"
+
+
+class IngestError(InvalidInputError):
+    """A transcript given to ``ingest`` cannot be read: nothing of it was written.
+    ``where`` names the file and, when it has one, the line (``"chat.jsonl:17"``)."""
+
+    code = "invalid_transcript"
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+        self.problem = problem
 
 
 class NotFoundError(HybridMemoryError):
@@ -109,6 +122,7 @@ __all__ = [
     "CycleError",
     "EncryptionKeyError",
     "HybridMemoryError",
+    "IngestError",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidTypeError",

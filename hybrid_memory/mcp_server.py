@@ -1,10 +1,10 @@
 """The memory as an MCP server: ``hybrid-memory mcp`` (or ``python -m hybrid_memory.mcp_server``).
 
 One open :class:`MemoryTree` (one namespace, one session, one role) is served over
-stdio to an MCP client (an IDE, a desktop assistant, an agent framework) as eight
-tools: ``remember``, ``recall``, ``focus``, ``feedback``, ``forget``, ``checkpoint``,
-``recover`` and ``stats``. A handle opened with the ``read`` role serves only
-``recall``, ``recover`` and ``stats``.
+stdio to an MCP client (an IDE, a desktop assistant, an agent framework) as eleven
+tools: ``remember``, ``recall``, ``focus``, ``feedback``, ``summarize``, ``finish``,
+``ingest``, ``forget``, ``checkpoint``, ``recover`` and ``stats``. A handle opened with the
+``read`` role serves only ``recall``, ``recover`` and ``stats``.
 
 Every tool returns structured content (its output schema is published) and the same
 JSON as text. A library error comes back as a tool error (``isError``) whose text is
@@ -56,7 +56,8 @@ root=true (it becomes active). While working: remember what happens (event), wha
 true (fact), where things stand (state), what the user wants (preference) and what
 was decided (decision). Before answering from memory: recall with a query (no query:
 the active task's context). Switch tasks with focus; mark what the user stresses or
-confirms with feedback; checkpoint at milestones. Node ids come back from every tool."""
+confirms with feedback; checkpoint at milestones; when a task is done, finish it (its
+memories are summarized). Node ids come back from every tool."""
 
 PREVIEW_CHARS = 80
 
@@ -131,6 +132,17 @@ class ForgetOut(BaseModel):
     forgotten: list[ForgetItem] = Field(description="The low-weight leaves chosen, with their weights.")
     live_before: int
     live_after: int
+
+
+class IngestOut(BaseModel):
+    format: str = Field(description="How the text was read: messages, sessions or text.")
+    sessions: int
+    messages: int
+    written: int = Field(description="Memories written now (sessions' tasks and messages).")
+    skipped: int = Field(description="Sessions and messages already in the memory, not written again.")
+    dry_run: bool
+    tree: str = Field(description="The sessions and their first messages, a line each.")
+    session_ids: list[str] = Field(description="The node id of each session's task (none on a dry run).")
 
 
 class CheckpointOut(BaseModel):
@@ -318,6 +330,51 @@ class _Tools:
                                        importance=importance, confidence=confidence))
 
     @_tool
+    def summarize(
+        self,
+        node_id: NodeId,
+        budget_tokens: Annotated[int | None, Field(description="The summary's token budget; default from the "
+                                                               "configuration.", json_schema_extra={"minimum": 1})] = None,
+    ) -> NodeOut:
+        """Write a summary of the live memories under a node, as a new memory of type summary under
+        it: their weightiest, least redundant sentences within the token budget. A new summary of
+        the same node archives the one before. Returns the summary written."""
+        return _node(self.mem.summarize(node_id, budget_tokens=budget_tokens))
+
+    @_tool
+    def finish(
+        self,
+        task_id: Annotated[str, Field(description="The id of the task that is done, as returned by remember, "
+                                                  "recall or recover.")],
+        budget_tokens: Annotated[int | None, Field(description="The summary's token budget; default from the "
+                                                               "configuration.", json_schema_extra={"minimum": 1})] = None,
+    ) -> NodeOut:
+        """Mark a task finished and summarize what is under it (as summarize does). Later, a recall
+        that cannot fit what it picked under the finished task shows its summary instead, and
+        forgetting takes the summarized memories first. Returns the summary written."""
+        return _node(self.mem.finish(task_id, budget_tokens=budget_tokens))
+
+    @_tool
+    def ingest(
+        self,
+        text: Annotated[str, Field(description="A chat transcript or document: OpenAI-style messages as JSON or "
+                                               "JSON Lines, sessions with dates as JSON, or plain text.")],
+        name: Annotated[str, Field(description="A name for it, such as its file name: the same name and messages "
+                                               "again write nothing twice; .json, .jsonl or .txt says how to read "
+                                               "it.")] = "upload",
+        parent: Annotated[str | None, Field(description='Put the sessions under this node id; "auto": under the '
+                                                      "task each reads closest to; none: at the top.")] = None,
+        dry_run: Annotated[bool, Field(description="Only report the tree it would write.")] = False,
+    ) -> IngestOut:
+        """Write a past conversation or a document into the memory: each session a task, each
+        message an event under it at its original time, with its speaker. A text that cannot be
+        read is refused with the line at fault and nothing of it is written. Returns what was
+        written (or, with dry_run, what would be) as a tree."""
+        r = self.mem.ingest(text=text, name=name, parent=parent_named(parent), dry_run=dry_run)
+        return IngestOut(format=r.format, sessions=r.sessions, messages=r.messages, written=r.written,
+                         skipped=r.skipped, dry_run=r.dry_run, tree=r.tree, session_ids=list(r.session_ids))
+
+    @_tool
     def forget(
         self,
         max_nodes: Annotated[int | None, Field(description="Keep at most this many live memories (0: no cap); "
@@ -378,6 +435,9 @@ _TOOLS: dict[str, tuple[str, ToolAnnotations]] = {
     "focus": ("write", ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                        open_world_hint=False)),
     "feedback": ("write", _WRITE),
+    "summarize": ("write", _WRITE),  # archives the node's previous summary, if any
+    "finish": ("write", _WRITE),
+    "ingest": ("write", _WRITE),  # resumable: the same text again writes nothing
     "forget": ("write", ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)),
     "checkpoint": ("write", _WRITE),
     "recover": ("read", _READ),
@@ -413,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hybrid-memory mcp",
         description="Serve a memory to an MCP client over stdio (tools: remember, recall, focus, "
-                    "feedback, forget, checkpoint, recover, stats).",
+                    "feedback, summarize, finish, forget, checkpoint, recover, stats).",
     )
     p.add_argument("--path", default=os.environ.get("HYBRID_MEMORY_PATH", "./memory"),
                    help="memory folder (default: $HYBRID_MEMORY_PATH or ./memory)")

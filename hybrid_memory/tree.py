@@ -20,10 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
-from sqlalchemy.engine import Connection
-
 from . import _validate as check
-from . import context, opening, portability, reading, safety, summaries
+from . import context, ingest, opening, portability, reading, safety, summaries
 from .admin import Admin
 from .config import Config
 from .crypto import Keyring
@@ -31,6 +29,7 @@ from .editing import Editor
 from .embed import Embedder
 from .embedding_worker import EmbeddingWorker
 from .errors import ClosedError, InvalidInputError, InvalidTypeError, NamespaceError
+from .finishing import Finisher
 from .forgetting import forgetting_weights, limits
 from .items import NodeRef, ParentRef, Root, feedback_values, prepare_many, update_values
 from .leftovers import Leftovers
@@ -42,8 +41,6 @@ from .model import (
     Placement,
     Recall,
     RecoveryState,
-    Status,
-    tree_order,
 )
 from .placement import Placer
 from .recovery import AppliedFirst, IndexBatch, drain_outbox
@@ -104,6 +101,9 @@ class MemoryTree:
         self._writer.fault = self._fault
         self._editor = Editor(store=store, writer=self._writer, embedder=embedder, config=self.config,
                               namespace=self.namespace, session=self.session, forget_reads=self._reads.drop)
+        self._finisher = Finisher(store=store, namespace=self.namespace, config=self.config, writer=self._writer,
+                                  editor=self._editor, add=self.add, weigh=self._retriever.weight_of,
+                                  write_with=self._reads.write_with, written=self._batch.add, clock=clock)
         self._fault.attach(self._retriever)
         opening.check_stored(store, self.config, self.namespace, self.session, embedder, clock)
         self._left = Leftovers(store, index, embedder, self.config, self.namespace, self._worker, self._paths)
@@ -393,48 +393,44 @@ class MemoryTree:
         (``write.summary_tokens``). The summary's meta lists what it ``covers``;
         forgetting takes those details first. A new summary of the node archives the
         one before it."""
-        return self._summarize(node, summarizer, budget_tokens, finish=False)
+        self._live_check()
+        return self._finisher.summarize(node, summarizer, budget_tokens, finish=False)
 
     @check.requires("write")
     def finish(self, task: NodeRef, summarizer: summaries.Summarizer | None = None, *,
                budget_tokens: int | None = None) -> Node:
         """Mark a task finished and :meth:`summarize` it; returns the summary. A recall
         that cannot fit what it picked under a finished task shows its summary instead."""
-        return self._summarize(task, summarizer, budget_tokens, finish=True)
-
-    def _summarize(self, node: NodeRef, summarizer: summaries.Summarizer | None, budget_tokens: int | None,
-                   *, finish: bool) -> Node:
         self._live_check()
-        budget = self.config.write.summary_tokens if budget_tokens is None else check.positive_int(
-            budget_tokens, "budget_tokens")
-        with self.store.reading() as conn:
-            head = node_from_row(self._writer.row(conn, node, live=True))
-            below = [node_from_row(r) for r in self.store.tree.subtree(conn, self.namespace, head.path,
-                                                                       status=Status.LIVE)]
-        if finish and head.type is not NodeType.TASK:
-            raise InvalidInputError(f"finish takes a task; node {head.id} is a {head.type.value}")
-        covered = summaries.details(tree_order(below), head.id)
-        if not covered:
-            raise InvalidInputError(f"nothing under node {head.id} to summarize")
-        now = self._clock()
-        weights = [self._retriever.weight_of(n, now) for n in covered]
-        content, name = summaries.write_text(summarizer, covered, weights, budget)
-        written = self.add(check.content(content, self.config.write.max_content_chars), type=NodeType.SUMMARY,
-                           parent=head.id, importance=max(n.importance for n in covered),
-                           meta=summaries.summary_meta(head.id, covered, name), ts=now)
-        values = update_values(None, None, None, summaries.marked(head.meta, written.id, now if finish else None),
-                               None, self.config)
-        before = head.meta.get(summaries.SUMMARY_ID)
+        return self._finisher.summarize(task, summarizer, budget_tokens, finish=True)
 
-        def mark(conn: Connection) -> None:
-            self._editor.update(conn, head.id, values, now=now, expected_version=None, vec=None, above=())
-            old = self.store.nodes.get(conn, before) if isinstance(before, str) and before != written.id else None
-            if old is not None and old.status == Status.LIVE.value and old.namespace == self.namespace:
-                self._editor.archive(conn, old.id, now)
+    # -- ingest (ingest/) -------------------------------------------------------------
 
-        self._reads.write_with(mark)
-        self._batch.add()
-        return written
+    @check.requires("write")
+    def ingest(
+        self, source: str | os.PathLike[str] | None = None, *, text: str | None = None, name: str | None = None,
+        format: str = "auto", parent: ParentRef = None, dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ingest.IngestReport:
+        """Write a chat transcript or document (the file ``source``, or ``text`` named
+        ``name``): each session a task, each message an event under it at its original
+        time, with its speaker and key in meta (see :mod:`hybrid_memory.ingest`).
+
+        ``format``: "auto", "messages", "sessions" or "text". Sessions go at the top,
+        under ``parent``, or with ``parent=AUTO`` under the branch each reads closest to.
+        ``dry_run`` writes nothing and reports the tree it would build. A transcript
+        that cannot be read raises :class:`IngestError` naming the line, and nothing of
+        it is written; what an earlier ingest of the same name wrote is not written
+        again. ``progress(done, total)`` is called after each session.
+        """
+        self._live_check()
+        check.flag(dry_run, "dry_run")
+        transcript = ingest.load(source, text=text, name=name, format=format)
+        target = ingest.Target(add_many=self.add_many, place=self.place,
+                               nodes=lambda: self.nodes(include_archived=True),
+                               max_chars=self.config.write.max_content_chars)
+        return ingest.write(transcript, target, parent=parent, dry_run=dry_run,
+                            progress=progress)
 
     # -- archive, restore, delete, forget ----------------------------------------
 

@@ -30,6 +30,8 @@ EXPECTED_ALL = [
     "EncryptionKeyError",
     "ForgetReport",
     "HybridMemoryError",
+    "IngestError",
+    "IngestReport",
     "InvalidContentError",
     "InvalidInputError",
     "InvalidTypeError",
@@ -60,6 +62,7 @@ DOCUMENTED_METHODS = [
     "open", "add", "add_many", "update", "move", "focus", "feedback", "pin", "archive",
     "unarchive", "rewind", "restore", "delete", "forget", "retrieve", "checkpoint", "recover", "get",
     "children", "path", "nodes", "close", "flush", "weight", "place", "summarize", "finish",
+    "ingest",
 ]
 
 # mem.admin: the maintenance operations.
@@ -77,6 +80,7 @@ KEYWORD_OPTIONS = {
     "rewind": ([], ["seq", "as_of"]),  # portability: time travel
     "summarize": (["node", "summarizer"], ["budget_tokens"]),
     "finish": (["task", "summarizer"], ["budget_tokens"]),
+    "ingest": (["source"], ["text", "name", "format", "parent", "dry_run", "progress"]),
     "open": (["path"], ["namespace", "session", "config", "store", "index", "embedder", "clock", "chroma_url",
                        "key", "role", "actor", "faults"]),
 }

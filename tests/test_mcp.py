@@ -38,7 +38,7 @@ from hybrid_memory import (  # noqa: E402
 from hybrid_memory.mcp_server import build_server, main  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-ALL_TOOLS = {"remember", "recall", "focus", "feedback", "forget", "checkpoint", "recover", "stats"}
+ALL_TOOLS = {"remember", "recall", "focus", "feedback", "forget", "checkpoint", "recover", "stats", "summarize", "finish", "ingest"}
 READ_TOOLS = {"recall", "recover", "stats"}
 UNKNOWN = "0123456789abcdef"  # shaped like a node id; no node has it
 

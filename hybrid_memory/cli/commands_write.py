@@ -1,4 +1,5 @@
-"""Commands that write memories or move the session: add, place, forget, focus, checkpoint."""
+"""Commands that write memories or move the session: add, place, summarize, finish, forget,
+focus, checkpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from ..ids import short_id
 from ..items import AUTO, AUTO_WORD, ROOT
+from ..model import Node
+from ..summaries import COVERS
 from .common import clip, open_tree, print_json, resolve
 
 
@@ -38,6 +41,33 @@ def cmd_place(args: argparse.Namespace) -> int:
         else:
             print(placed.explain())
     return 0
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    with open_tree(args) as mem:
+        summary = mem.summarize(resolve(mem, args.node), budget_tokens=args.budget_tokens)
+        _print_summary(args, summary)
+    return 0
+
+
+def cmd_finish(args: argparse.Namespace) -> int:
+    with open_tree(args) as mem:
+        summary = mem.finish(resolve(mem, args.task), budget_tokens=args.budget_tokens)
+        if not args.json:
+            print(f"finished {summary.parent_id}")
+        _print_summary(args, summary)
+    return 0
+
+
+def _print_summary(args: argparse.Namespace, summary: Node) -> None:
+    """The summary node as ``add`` prints a node, then its text."""
+    if args.json:
+        print_json(summary)
+        return
+    covers = summary.meta.get(COVERS)
+    print(f"added {summary.id} [{summary.type.value}] under {summary.parent_id}, "
+          f"covering {len(covers) if isinstance(covers, list) else 0} memories")
+    print(summary.content)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

@@ -8,11 +8,20 @@ import os
 from typing import Any
 
 from .commands_index import cmd_reindex, cmd_repair, cmd_verify
+from .commands_ingest import cmd_ingest
 from .commands_portability import cmd_export, cmd_import, cmd_log, cmd_restore
 from .commands_read import cmd_recover, cmd_retrieve, cmd_stats, cmd_tree
 from .commands_safety import cmd_audit, cmd_compact, cmd_erase, cmd_keygen, cmd_rotate_key
 from .commands_service import cmd_apikey, cmd_mcp, cmd_serve
-from .commands_write import cmd_add, cmd_checkpoint, cmd_focus, cmd_forget, cmd_place
+from .commands_write import (
+    cmd_add,
+    cmd_checkpoint,
+    cmd_finish,
+    cmd_focus,
+    cmd_forget,
+    cmd_place,
+    cmd_summarize,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +81,38 @@ def _add_memory_commands(sub: Any) -> None:
                                     "and why (its score and the runner-up's). Writes nothing.")
     pl.add_argument("content")
     pl.set_defaults(func=cmd_place)
+
+    sm = sub.add_parser("summarize", help="write a summary of what is under a node",
+                        description="Write a summary node under NODE of the live memories below it (the default "
+                                    "extractive summarizer: their weightiest, least redundant sentences) and print "
+                                    "it. A new summary of NODE archives the one before.")
+    sm.add_argument("node", metavar="NODE", help="node id or unique prefix")
+    sm.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                    help="the summary's token budget (default: write.summary_tokens)")
+    sm.set_defaults(func=cmd_summarize)
+
+    fi = sub.add_parser("finish", help="mark a task finished and summarize it",
+                        description="Mark TASK finished (its meta gets finished_at and summary_id) and write its "
+                                    "summary, as summarize does; print the summary. A recall that cannot fit what "
+                                    "it picked under a finished task shows the summary instead.")
+    fi.add_argument("task", metavar="TASK", help="task node id or unique prefix")
+    fi.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                    help="the summary's token budget (default: write.summary_tokens)")
+    fi.set_defaults(func=cmd_finish)
+
+    ig = sub.add_parser("ingest", help="write a chat transcript or document into the memory",
+                        description="Read FILE (OpenAI-style messages as JSON or JSON Lines, sessions with dates, "
+                                    "or plain text) and write each session as a task and each message as an event "
+                                    "under it, at its original time. A file that cannot be read is refused with its "
+                                    "line, and nothing of it is written; what an earlier ingest of the same file "
+                                    "wrote is not written again.")
+    ig.add_argument("file", metavar="FILE")
+    ig.add_argument("--format", choices=("auto", "messages", "sessions", "text"), default="auto",
+                    help="how to read FILE (default: by its name and content)")
+    ig.add_argument("--parent", "-p", help="node id (or unique prefix) to put the sessions under, or 'auto': the "
+                                           "task branch each reads closest to; default: the top")
+    ig.add_argument("--dry-run", action="store_true", help="print the tree it would write, write nothing")
+    ig.set_defaults(func=cmd_ingest)
 
     r = sub.add_parser("retrieve", help="find the memories a query needs",
                        description="Locate the task branch by meaning, rank inside it, print the context.")
@@ -211,7 +252,7 @@ def _add_safety_commands(sub: Any) -> None:
 def _add_service_commands(sub: Any) -> None:
     mc = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio",
                         description="An MCP server over stdio (pip install 'hybrid-memory[mcp]'): tools remember, "
-                                    "recall, focus, feedback, forget, checkpoint, recover, stats.")
+                                    "recall, focus, feedback, summarize, finish, ingest, forget, checkpoint, recover, stats.")
     mc.add_argument("--role", choices=("read", "write", "admin"), default="write",
                     help="what the client may do (default write)")
     mc.set_defaults(func=cmd_mcp)

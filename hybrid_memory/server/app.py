@@ -39,8 +39,8 @@ __all__ = ["BUCKETS", "STATIC", "STATUS", "Handles", "HttpError", "Metrics", "cr
 
 #: HTTP status of each library error code (anything else of the library: 500).
 STATUS = {
-    "invalid_input": 400, "invalid_content": 400, "invalid_weight": 400, "invalid_type": 400, "cycle": 400,
-    "bad_snapshot": 400, "not_found": 404, "namespace_mismatch": 403, "access_denied": 403, "conflict": 409,
+    "invalid_input": 400, "invalid_content": 400, "invalid_transcript": 400, "invalid_weight": 400,
+    "invalid_type": 400, "cycle": 400, "bad_snapshot": 400, "not_found": 404, "namespace_mismatch": 403, "access_denied": 403, "conflict": 409,
     "closed": 503, "storage": 503, "config": 500, "encryption_key": 500,
 }
 STATIC = Path(__file__).resolve().parent / "static"

@@ -4,6 +4,7 @@ checked by the library (one set of rules); these models fix shapes and types."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,6 +83,39 @@ class CheckpointIn(_In):
 
 class PlaceIn(_In):
     content: str = Field(description="The memory to place.")
+
+
+class SummarizeIn(_In):
+    budget_tokens: int | None = Field(default=None, description="The summary's token budget (>= 1; default: "
+                                                                "write.summary_tokens).")
+
+
+class IngestIn(_In):
+    text: str = Field(description="The transcript or document: the file's contents (JSON, JSON Lines or text).")
+    name: str = Field(default="upload", description="The file's name: it keys what is written (the same name and "
+                                                    "messages again write nothing twice), and .json / .jsonl / .txt "
+                                                    "choose how it is read.")
+    format: str = Field(default="auto", description="auto, messages, sessions or text.")
+    parent: str | None = Field(default=None, description="Node id to put the sessions under, or \"auto\": under "
+                                                         "the task branch each reads closest to; none: the top.")
+    dry_run: bool = Field(default=False, description="Report the tree it would write; write nothing.")
+
+
+class IngestOut(BaseModel):
+    name: str
+    format: str = Field(description="How the text was read: messages, sessions or text.")
+    sessions: int
+    messages: int
+    written: int = Field(description="Memories written now (sessions' tasks and messages).")
+    skipped: int = Field(description="Sessions and messages already in the memory, not written again.")
+    empty: int = Field(description="Messages without text, left out.")
+    dry_run: bool
+    tree: str = Field(description="The sessions and their first messages, a line each.")
+    session_ids: list[str] = Field(description="The node id of each session's task (none on a dry run).")
+
+    @classmethod
+    def of(cls, report: Any) -> IngestOut:
+        return cls(**{**dataclasses.asdict(report), "session_ids": list(report.session_ids)})
 
 
 class PlacementOut(BaseModel):

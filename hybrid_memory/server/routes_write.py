@@ -1,4 +1,5 @@
-"""The routes that write memories: add, add many, update, move, focus, feedback."""
+"""The routes that write memories: add, add many, place, update, move, focus, feedback,
+summarize, finish, ingest."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from fastapi import APIRouter
 
 from ..items import ROOT, parent_named
 from .deps import Asker, Asks
-from .models import AddIn, BatchIn, FeedbackIn, MoveIn, NodeOut, PlaceIn, PlacementOut, UpdateIn
+from .models import (
+    AddIn,
+    BatchIn,
+    FeedbackIn,
+    IngestIn,
+    IngestOut,
+    MoveIn,
+    NodeOut,
+    PlaceIn,
+    PlacementOut,
+    SummarizeIn,
+    UpdateIn,
+)
 
 router = APIRouter(tags=["write"])
 
@@ -78,3 +91,31 @@ def feedback(namespace: str, node_id: str, body: FeedbackIn, ask: Asker = Asks) 
         ask.service.event(event="weights", namespace=namespace, id=node.id, importance=node.importance,
                           confidence=node.confidence, via="feedback")
         return node
+
+
+@router.post("/v1/{namespace}/nodes/{node_id}/summarize", response_model=NodeOut, status_code=201)
+def summarize(namespace: str, node_id: str, body: SummarizeIn | None = None, ask: Asker = Asks) -> NodeOut:
+    """Write a ``summary`` node under the node of the live memories below it (the default
+    extractive summarizer, within ``budget_tokens``) and return it. Its meta lists what it
+    ``covers``; a new summary of the node archives the one before."""
+    with ask.memory() as mem:
+        return NodeOut.of(mem.summarize(node_id, budget_tokens=None if body is None else body.budget_tokens))
+
+
+@router.post("/v1/{namespace}/nodes/{node_id}/finish", response_model=NodeOut, status_code=201)
+def finish(namespace: str, node_id: str, body: SummarizeIn | None = None, ask: Asker = Asks) -> NodeOut:
+    """Mark a task finished (its meta gets ``finished_at`` and ``summary_id``) and summarize
+    it; returns the summary. A node that is not a task is refused (400 ``invalid_input``)."""
+    with ask.memory() as mem:
+        return NodeOut.of(mem.finish(node_id, budget_tokens=None if body is None else body.budget_tokens))
+
+
+@router.post("/v1/{namespace}/ingest", response_model=IngestOut)
+def ingest(namespace: str, body: IngestIn, ask: Asker = Asks) -> IngestOut:
+    """Write a chat transcript or document: each session a task, each message an event
+    under it at its original time. A transcript that cannot be read is refused (400
+    ``invalid_transcript``, naming the line) and nothing of it is written; what an
+    earlier ingest of the same name wrote is not written again."""
+    with ask.memory() as mem:
+        return IngestOut.of(mem.ingest(text=body.text, name=body.name, format=body.format,
+                                       parent=parent_named(body.parent), dry_run=body.dry_run))
