@@ -265,6 +265,21 @@ def test_a_crash_in_the_middle_of_an_ingest_is_finished_by_ingesting_again(tmp_p
         assert contents(clean) == crashed
 
 
+def test_a_long_message_is_kept_whole_and_found_by_its_passage(open_memory, tmp_path, lang):
+    from test_passages import DETAIL, QUESTION as ASKED, report  # a long log with one detail in its middle
+
+    mem = open_memory()
+    long = report(lang)
+    assert len(long) > 15_000 if lang == "en" else len(long) > 7_000
+    path = jsonl(tmp_path / "log.jsonl", [{"role": "user", "content": long, "ts": 1e9},
+                                          {"role": "assistant", "content": CHATS[lang][1]["content"], "ts": 1e9 + 5}])
+    report_ = mem.ingest(path)
+    message = mem.children(report_.session_ids[0])[0]
+    assert message.content == "user: " + long  # whole
+    hit = next(s for s in mem.retrieve(ASKED[lang], k=3, budget_tokens=400).nodes if s.node.id == message.id)
+    assert hit.passage is not None and DETAIL[lang] in message.content[hit.passage[0]:hit.passage[1]]
+
+
 # -- the front ends ---------------------------------------------------------------------
 
 BUNDLED = {"embedding": {"model": "bundled"}}
