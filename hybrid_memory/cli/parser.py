@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_options(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_memory_commands(sub)
+    _add_summary_and_ingest_commands(sub)
     _add_harness_commands(sub)
     _add_portability_commands(sub)
     _add_index_commands(sub)
@@ -82,38 +83,6 @@ def _add_memory_commands(sub: Any) -> None:
     pl.add_argument("content")
     pl.set_defaults(func=cmd_place)
 
-    sm = sub.add_parser("summarize", help="write a summary of what is under a node",
-                        description="Write a summary node under NODE of the live memories below it (the default "
-                                    "extractive summarizer: their weightiest, least redundant sentences) and print "
-                                    "it. A new summary of NODE archives the one before.")
-    sm.add_argument("node", metavar="NODE", help="node id or unique prefix")
-    sm.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                    help="the summary's token budget (default: write.summary_tokens)")
-    sm.set_defaults(func=cmd_summarize)
-
-    fi = sub.add_parser("finish", help="mark a task finished and summarize it",
-                        description="Mark TASK finished (its meta gets finished_at and summary_id) and write its "
-                                    "summary, as summarize does; print the summary. A recall that cannot fit what "
-                                    "it picked under a finished task shows the summary instead.")
-    fi.add_argument("task", metavar="TASK", help="task node id or unique prefix")
-    fi.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                    help="the summary's token budget (default: write.summary_tokens)")
-    fi.set_defaults(func=cmd_finish)
-
-    ig = sub.add_parser("ingest", help="write a chat transcript or document into the memory",
-                        description="Read FILE (OpenAI-style messages as JSON or JSON Lines, sessions with dates, "
-                                    "or plain text) and write each session as a task and each message as an event "
-                                    "under it, at its original time. A file that cannot be read is refused with its "
-                                    "line, and nothing of it is written; what an earlier ingest of the same file "
-                                    "wrote is not written again.")
-    ig.add_argument("file", metavar="FILE")
-    ig.add_argument("--format", choices=("auto", "messages", "sessions", "text"), default="auto",
-                    help="how to read FILE (default: by its name and content)")
-    ig.add_argument("--parent", "-p", help="node id (or unique prefix) to put the sessions under, or 'auto': the "
-                                           "task branch each reads closest to; default: the top")
-    ig.add_argument("--dry-run", action="store_true", help="print the tree it would write, write nothing")
-    ig.set_defaults(func=cmd_ingest)
-
     r = sub.add_parser("retrieve", help="find the memories a query needs",
                        description="Locate the task branch by meaning, rank inside it, print the context.")
     r.add_argument("query", nargs="?", help="omit for the active task's context")
@@ -148,6 +117,40 @@ def _add_memory_commands(sub: Any) -> None:
     c = sub.add_parser("checkpoint", help="record where the session stands", description="Write a checkpoint.")
     c.add_argument("--note")
     c.set_defaults(func=cmd_checkpoint)
+
+
+def _add_summary_and_ingest_commands(sub: Any) -> None:
+    sm = sub.add_parser("summarize", help="write a summary of what is under a node",
+                        description="Write a summary node under NODE of the live memories below it (the default "
+                                    "extractive summarizer: their weightiest, least redundant sentences) and print "
+                                    "it. A new summary of NODE archives the one before.")
+    sm.add_argument("node", metavar="NODE", help="node id or unique prefix")
+    sm.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                    help="the summary's token budget (default: write.summary_tokens)")
+    sm.set_defaults(func=cmd_summarize)
+
+    fi = sub.add_parser("finish", help="mark a task finished and summarize it",
+                        description="Mark TASK finished (its meta gets finished_at and summary_id) and write its "
+                                    "summary, as summarize does; print the summary. A recall that cannot fit what "
+                                    "it picked under a finished task shows the summary instead.")
+    fi.add_argument("task", metavar="TASK", help="task node id or unique prefix")
+    fi.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                    help="the summary's token budget (default: write.summary_tokens)")
+    fi.set_defaults(func=cmd_finish)
+
+    ig = sub.add_parser("ingest", help="write a chat transcript or document into the memory",
+                        description="Read FILE (OpenAI-style messages as JSON or JSON Lines, sessions with dates, "
+                                    "or plain text) and write each session as a task and each message as an event "
+                                    "under it, at its original time. A file that cannot be read is refused with its "
+                                    "line, and nothing of it is written; what an earlier ingest of the same file "
+                                    "wrote is not written again.")
+    ig.add_argument("file", metavar="FILE")
+    ig.add_argument("--format", choices=("auto", "messages", "sessions", "text"), default="auto",
+                    help="how to read FILE (default: by its name and content)")
+    ig.add_argument("--parent", "-p", help="node id (or unique prefix) to put the sessions under, or 'auto': the "
+                                           "task branch each reads closest to; default: the top")
+    ig.add_argument("--dry-run", action="store_true", help="print the tree it would write, write nothing")
+    ig.set_defaults(func=cmd_ingest)
 
 
 def _add_harness_commands(sub: Any) -> None:
