@@ -62,10 +62,11 @@ class IngestError(InvalidInputError):
 
     code = "invalid_transcript"
 
-    def __init__(self, where: str, problem: str) -> None:
-        super().__init__(f"{where}: {problem}")
-        self.where = where
-        self.problem = problem
+    def __init__(self, where: str, problem: str | None = None) -> None:
+        # (one argument: the whole message, as every error of the tree takes it)
+        super().__init__(where if problem is None else f"{where}: {problem}")
+        self.where = "" if problem is None else where
+        self.problem = where if problem is None else problem
 
 
 class NotFoundError(HybridMemoryError):

@@ -730,6 +730,7 @@ EXPECTED_CODES = {
     "InvalidWeightError": ("invalid_weight", 2),
     "InvalidTypeError": ("invalid_type", 2),
     "CycleError": ("cycle", 2),
+    "IngestError": ("invalid_transcript", 2),
     "NotFoundError": ("not_found", 3),
     "NamespaceError": ("namespace_mismatch", 4),
     "ConflictError": ("conflict", 5),
@@ -758,7 +759,7 @@ def test_every_error_class_has_a_distinct_stable_code_and_an_exit_code() -> None
 
 
 def test_input_errors_share_the_input_exit_code_and_others_do_not() -> None:
-    for cls in (InvalidContentError, InvalidWeightError, InvalidTypeError, CycleError):
+    for cls in (InvalidContentError, InvalidWeightError, InvalidTypeError, CycleError, errors.IngestError):
         assert issubclass(cls, InvalidInputError)
     others = (NotFoundError, NamespaceError, ConflictError, ConfigError, ClosedError, StorageError, AccessDeniedError)
     for cls in others:

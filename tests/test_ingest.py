@@ -266,7 +266,8 @@ def test_a_crash_in_the_middle_of_an_ingest_is_finished_by_ingesting_again(tmp_p
 
 
 def test_a_long_message_is_kept_whole_and_found_by_its_passage(open_memory, tmp_path, lang):
-    from test_passages import DETAIL, QUESTION as ASKED, report  # a long log with one detail in its middle
+    from test_passages import DETAIL, report  # a long log with one detail in its middle
+    from test_passages import QUESTION as ASKED
 
     mem = open_memory()
     long = report(lang)
