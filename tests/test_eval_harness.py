@@ -230,3 +230,17 @@ def test_finish_events_summarize_and_a_summary_shows_what_it_holds(embedder: Any
 def test_a_finish_of_an_unknown_task_is_refused() -> None:
     with pytest.raises(TraceError, match="finish"):
         harness.prepare(EXPENSE[:2] + [{"op": "finish", "id": "t9"}])
+
+
+def test_the_ingest_command_gives_a_locomo_conversation_the_loaders_figures(tmp_path: Path) -> None:
+    from eval import ingest_check
+
+    data = default_data_dir()
+    if not (data / "locomo").is_dir():
+        pytest.skip(f"LoCoMo is not at {data} (set {'HYBRID_MEMORY_EVAL_DATA'})")
+    assert ingest_check.main(["--dataset", "locomo", "--limit", "1", "--data-dir", str(data),
+                              "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "ingest_check.json").read_text())
+    assert result["ingested"]["memories_differing"] == 0 and result["ingested"]["questions"] > 50
+    for figure in ("recall_all@10", "tokens_mean"):
+        assert result["ingested"][figure] == pytest.approx(result["harness"][figure])
