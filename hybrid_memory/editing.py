@@ -246,8 +246,10 @@ class Editor:
         # Reads buffered in this handle are in the rows already: the facade wrote them
         # in this transaction, before this runs.
         cols = LiveColumns.of(rows)
-        summary_ids = [i for i, t in zip(cols.ids, cols.types, strict=True) if t == NodeType.SUMMARY.value]
-        covered = summaries.covered_by(node_from_row(r) for r in self.store.nodes.get_many(conn, summary_ids).values())
+        covered: set[str] = set()
+        if self.config.forgetting.summarized < 1:  # (off: the summaries' rows are not read)
+            summary_ids = [i for i, t in zip(cols.ids, cols.types, strict=True) if t == NodeType.SUMMARY.value]
+            covered = summaries.covered_by(node_from_row(r) for r in self.store.nodes.get_many(conn, summary_ids).values())
         plan = choose(cols, now=at, config=self.config, threshold=threshold, max_nodes=max_nodes,
                       protected=protected, with_children=lambda ids: self.store.tree.with_children(conn, self.namespace, ids),
                       covered=covered)

@@ -67,7 +67,7 @@ def choose(cols: LiveColumns, *, now: float, config: Config, threshold: float, m
     f = config.forgetting
     ids = cols.ids
     weights = forget_weights(cols, now, config)
-    if covered and f.summarized < 1:
+    if covered:
         weights[[i for i, node_id in enumerate(ids) if node_id in covered]] *= f.summarized
     parent_row = parent_rows(ids, cols.parents)
     live_children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids))

@@ -239,6 +239,8 @@ def _tool(fn: Callable[Concatenate[_Tools, P], BaseModel]) -> Callable[Concatena
 _TYPES = [t.value for t in NodeType]
 _UNIT: dict[str, Any] = {"minimum": 0, "maximum": 1}
 NodeId = Annotated[str, Field(description="A node id, as returned by remember, recall or recover.")]
+SummaryBudget = Annotated[int | None, Field(description="The summary's token budget; default from the "
+                                                        "configuration.", json_schema_extra={"minimum": 1})]
 
 
 class _Tools:
@@ -333,8 +335,7 @@ class _Tools:
     def summarize(
         self,
         node_id: NodeId,
-        budget_tokens: Annotated[int | None, Field(description="The summary's token budget; default from the "
-                                                               "configuration.", json_schema_extra={"minimum": 1})] = None,
+        budget_tokens: SummaryBudget = None,
     ) -> NodeOut:
         """Write a summary of the live memories under a node, as a new memory of type summary under
         it: their weightiest, least redundant sentences within the token budget. A new summary of
@@ -346,8 +347,7 @@ class _Tools:
         self,
         task_id: Annotated[str, Field(description="The id of the task that is done, as returned by remember, "
                                                   "recall or recover.")],
-        budget_tokens: Annotated[int | None, Field(description="The summary's token budget; default from the "
-                                                               "configuration.", json_schema_extra={"minimum": 1})] = None,
+        budget_tokens: SummaryBudget = None,
     ) -> NodeOut:
         """Mark a task finished and summarize what is under it (as summarize does). Later, a recall
         that cannot fit what it picked under the finished task shows its summary instead, and

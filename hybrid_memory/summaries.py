@@ -133,8 +133,8 @@ def write_text(summarizer: Summarizer | None, details_: Sequence[Node], weights:
         made = summarizer(texts)
         name = str(getattr(summarizer, "name", None) or getattr(summarizer, "__name__", type(summarizer).__name__))
     if not isinstance(made, str) or not made.strip():
-        raise InvalidInputError(f"the summarizer returned {type(made).__name__ if not isinstance(made, str) else 'an empty text'}, "
-                                "not a text: nothing was written")
+        what = "an empty text" if isinstance(made, str) else f"a {type(made).__name__}, not a text"
+        raise InvalidInputError(f"the summarizer returned {what}: nothing was written")
     return made.strip(), name
 
 

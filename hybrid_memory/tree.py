@@ -33,15 +33,7 @@ from .finishing import Finisher
 from .forgetting import forgetting_weights, limits
 from .items import NodeRef, ParentRef, Root, feedback_values, prepare_many, update_values
 from .leftovers import Leftovers
-from .model import (
-    Checkpoint,
-    ForgetReport,
-    Node,
-    NodeType,
-    Placement,
-    Recall,
-    RecoveryState,
-)
+from .model import Checkpoint, ForgetReport, Node, NodeType, Placement, Recall, RecoveryState
 from .placement import Placer
 from .recovery import AppliedFirst, IndexBatch, drain_outbox
 from .retrieval import Retriever
@@ -429,8 +421,7 @@ class MemoryTree:
         target = ingest.Target(add_many=self.add_many, place=self.place,
                                nodes=lambda: self.nodes(include_archived=True),
                                max_chars=self.config.write.max_content_chars)
-        return ingest.write(transcript, target, parent=parent, dry_run=dry_run,
-                            progress=progress)
+        return ingest.write(transcript, target, parent=parent, dry_run=dry_run, progress=progress)
 
     # -- archive, restore, delete, forget ----------------------------------------
 

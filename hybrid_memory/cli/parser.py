@@ -120,23 +120,23 @@ def _add_memory_commands(sub: Any) -> None:
 
 
 def _add_summary_and_ingest_commands(sub: Any) -> None:
-    sm = sub.add_parser("summarize", help="write a summary of what is under a node",
-                        description="Write a summary node under NODE of the live memories below it (the default "
-                                    "extractive summarizer: their weightiest, least redundant sentences) and print "
-                                    "it. A new summary of NODE archives the one before.")
-    sm.add_argument("node", metavar="NODE", help="node id or unique prefix")
-    sm.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                    help="the summary's token budget (default: write.summary_tokens)")
-    sm.set_defaults(func=cmd_summarize)
-
-    fi = sub.add_parser("finish", help="mark a task finished and summarize it",
-                        description="Mark TASK finished (its meta gets finished_at and summary_id) and write its "
-                                    "summary, as summarize does; print the summary. A recall that cannot fit what "
-                                    "it picked under a finished task shows the summary instead.")
-    fi.add_argument("task", metavar="TASK", help="task node id or unique prefix")
-    fi.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                    help="the summary's token budget (default: write.summary_tokens)")
-    fi.set_defaults(func=cmd_finish)
+    summaries = (
+        ("summarize", "node", "NODE", "node id or unique prefix", cmd_summarize,
+         "write a summary of what is under a node",
+         "Write a summary node under NODE of the live memories below it (the default extractive summarizer: their "
+         "weightiest, least redundant sentences) and print it. A new summary of NODE archives the one before."),
+        ("finish", "task", "TASK", "task node id or unique prefix", cmd_finish,
+         "mark a task finished and summarize it",
+         "Mark TASK finished (its meta gets finished_at and summary_id) and write its summary, as summarize does; "
+         "print the summary. A recall that cannot fit what it picked under a finished task shows the summary "
+         "instead."),
+    )
+    for name, dest, metavar, what, func, help_, description in summaries:
+        sp = sub.add_parser(name, help=help_, description=description)
+        sp.add_argument(dest, metavar=metavar, help=what)
+        sp.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                        help="the summary's token budget (default: write.summary_tokens)")
+        sp.set_defaults(func=func)
 
     ig = sub.add_parser("ingest", help="write a chat transcript or document into the memory",
                         description="Read FILE (OpenAI-style messages as JSON or JSON Lines, sessions with dates, "

@@ -88,8 +88,8 @@ def read(text: str, name: str, format: str = "auto") -> Transcript:
         raise IngestError(name, "holds a NUL character: not a text file")
     if format == "text" or (format == "auto" and not _looks_json(text, name)):
         return _text(text, name)
-    lines = name.lower().endswith((".jsonl", ".ndjson")) or (not name.lower().endswith(".json") and _is_lines(text))
-    sessions, empty, kind = _json_lines(text, name) if lines else _json(text, name)
+    value = _one_value(text, name)
+    sessions, empty, kind = _json_lines(text, name) if value is _LINES else _json(value, name)
     if format != "auto" and kind != format:
         raise IngestError(name, f"reads as {kind}, not {format}")
     if not sessions:
@@ -101,23 +101,27 @@ def _looks_json(text: str, name: str) -> bool:
     return name.lower().endswith((".json", ".jsonl", ".ndjson")) or text.lstrip()[:1] in ("[", "{")
 
 
-def _is_lines(text: str) -> bool:
-    """Whether ``text`` is JSON Lines rather than one JSON value."""
+_LINES = object()  # what _one_value says of JSON Lines
+
+
+def _one_value(text: str, name: str) -> Any:
+    """The one JSON value ``text`` holds, or ``_LINES`` when it is JSON Lines: by the
+    file's name, else by whether it parses as one value. A ".json" file that does not
+    parse is refused with the line at fault."""
+    if name.lower().endswith((".jsonl", ".ndjson")):
+        return _LINES
     try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return True
-    return False
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if name.lower().endswith(".json"):
+            raise IngestError(f"{name}:{exc.lineno}", f"not JSON ({exc.msg})") from None
+        return _LINES
 
 
 # -- JSON -------------------------------------------------------------------------------
 
 
-def _json(text: str, name: str) -> tuple[list[Session], int, str]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise IngestError(f"{name}:{exc.lineno}", f"not JSON ({exc.msg})") from None
+def _json(data: Any, name: str) -> tuple[list[Session], int, str]:
     if isinstance(data, Mapping) and "conversation" in data:
         data = [data]
     if isinstance(data, list) and data and all(isinstance(d, Mapping) and "conversation" in d for d in data):

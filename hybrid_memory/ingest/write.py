@@ -26,7 +26,7 @@ from ..errors import IngestError, InvalidContentError
 from ..items import Auto, Root
 from ..model import Node, NodeType, Placement
 from ..writing import ROOT
-from .formats import Session, Transcript
+from .formats import Message, Session, Transcript
 
 #: The meta keys of an ingested memory.
 SOURCE = "source"
@@ -140,7 +140,7 @@ def _task(session: Session, name: str, parent: Node | str | Root) -> dict[str, A
             "meta": {SOURCE: name, SOURCE_ID: session.key}}
 
 
-def _message(m: Any, name: str, head: str, session: Session) -> dict[str, Any]:
+def _message(m: Message, name: str, head: str, session: Session) -> dict[str, Any]:
     item: dict[str, Any] = {"content": m.content, "type": NodeType.EVENT, "parent": head,
                             "ts": m.ts if m.ts is not None else session.ts,
                             "meta": {SOURCE: name, SOURCE_ID: m.key, SPEAKER: m.speaker}}
