@@ -35,6 +35,7 @@ from tqdm import tqdm  # noqa: E402
 
 from hybrid_memory import Config, passages  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
+from hybrid_memory.embed.combined import CombinedEmbedder  # noqa: E402
 from hybrid_memory.errors import HybridMemoryError  # noqa: E402
 
 from . import metrics  # noqa: E402
@@ -334,6 +335,10 @@ class Options:
     cache: Path | None = None
 
 
+def _cache_file(folder: Path, model: str) -> Path:
+    return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") + ".npz")
+
+
 def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str = "trace",
              embedder: Any = None) -> dict[str, Any]:
     """Replay the trace into every system and return the results document."""
@@ -346,10 +351,20 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
         config = replace(config, embedding=replace(config.embedding, model=options.model))
     recover_args = (["--config", str(options.config_file)] if options.config_file else []) + (
         ["--model", options.model] if options.model else [])
-    vectors = CachedEmbedder(embedder or make_embedder(config.embedding))
+    made = embedder or make_embedder(config.embedding)
+    # A combination of models is cached model by model: another combination of
+    # the same models then embeds nothing again.
+    parts: list[tuple[CachedEmbedder, Path]] = []
+    if options.cache is not None and isinstance(made, CombinedEmbedder):
+        cached = [CachedEmbedder(p) for p in made.parts]
+        parts = [(c, _cache_file(options.cache, c.name)) for c in cached]
+        for c, f in parts:
+            c.load(f)
+        made = CombinedEmbedder(*cached)
+    vectors = CachedEmbedder(made)
     cache = None
     if options.cache is not None:
-        cache = options.cache / (re.sub(r"[^A-Za-z0-9_.-]+", "_", vectors.name).strip("_") + ".npz")
+        cache = _cache_file(options.cache, vectors.name)
         vectors.load(cache)
     # The passages of long contents are embedded when written: warmed (and kept) too.
     texts = [*prepared.texts, *(c[a:b] for c in set(prepared.texts)
@@ -359,6 +374,8 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
         vectors.warm(texts, bar.update)
     if cache is not None:
         vectors.save(cache)
+    for c, f in parts:
+        c.save(f)
     if options.keep is not None:
         if options.keep.exists() and any(options.keep.iterdir()):
             raise ValueError(f"--keep-memories folder {options.keep} is not empty")

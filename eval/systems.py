@@ -120,7 +120,13 @@ class CachedEmbedder:
         """Keep the vectors for the next run (atomic write), keyed by a digest of
         each text so that long texts cost nothing in the file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        stored = {**self._stored, **{_digest(t): v for t, v in self._vectors.items()}}
+        # What another run saved meanwhile is kept (runs in parallel share the file).
+        on_disk: dict[str, np.ndarray[Any, Any]] = {}
+        if path.is_file():
+            with np.load(path, allow_pickle=False) as data:
+                if "keys" in data and data["vectors"].ndim == 2 and data["vectors"].shape[1] == self.dim:
+                    on_disk = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        stored = {**on_disk, **self._stored, **{_digest(t): v for t, v in self._vectors.items()}}
         keys = list(stored)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # one per process: runs may overlap
         np.savez(tmp, keys=np.array(keys, dtype="U64"), vectors=np.stack([stored[k] for k in keys]))

