@@ -339,6 +339,24 @@ def _cache_file(folder: Path, model: str) -> Path:
     return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") + ".npz")
 
 
+def _cached(made: Any, folder: Path | None) -> tuple[CachedEmbedder, list[tuple[CachedEmbedder, Path]]]:
+    """``made`` behind a text -> vector cache, and each cache with the file it is
+    kept in (none without a ``folder``), loaded. A combination of models is cached
+    model by model too: another combination of the same models embeds nothing again."""
+    if folder is None:
+        return CachedEmbedder(made), []
+    caches: list[tuple[CachedEmbedder, Path]] = []
+    if isinstance(made, CombinedEmbedder):
+        parts = [CachedEmbedder(p) for p in made.parts]
+        caches = [(c, _cache_file(folder, c.name)) for c in parts]
+        made = CombinedEmbedder(*parts)
+    vectors = CachedEmbedder(made)
+    caches.append((vectors, _cache_file(folder, vectors.name)))
+    for c, f in caches:
+        c.load(f)
+    return vectors, caches
+
+
 def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str = "trace",
              embedder: Any = None) -> dict[str, Any]:
     """Replay the trace into every system and return the results document."""
@@ -351,30 +369,14 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
         config = replace(config, embedding=replace(config.embedding, model=options.model))
     recover_args = (["--config", str(options.config_file)] if options.config_file else []) + (
         ["--model", options.model] if options.model else [])
-    made = embedder or make_embedder(config.embedding)
-    # A combination of models is cached model by model: another combination of
-    # the same models then embeds nothing again.
-    parts: list[tuple[CachedEmbedder, Path]] = []
-    if options.cache is not None and isinstance(made, CombinedEmbedder):
-        cached = [CachedEmbedder(p) for p in made.parts]
-        parts = [(c, _cache_file(options.cache, c.name)) for c in cached]
-        for c, f in parts:
-            c.load(f)
-        made = CombinedEmbedder(*cached)
-    vectors = CachedEmbedder(made)
-    cache = None
-    if options.cache is not None:
-        cache = _cache_file(options.cache, vectors.name)
-        vectors.load(cache)
+    vectors, caches = _cached(embedder or make_embedder(config.embedding), options.cache)
     # The passages of long contents are embedded when written: warmed (and kept) too.
     texts = [*prepared.texts, *(c[a:b] for c in set(prepared.texts)
                                 for a, b in passages.cut(c, config.write.passage_tokens))]
     with tqdm(total=len(set(texts)), desc="embedding", unit="text", disable=not options.progress,
               leave=False, file=sys.stderr) as bar:
         vectors.warm(texts, bar.update)
-    if cache is not None:
-        vectors.save(cache)
-    for c, f in parts:
+    for c, f in caches:
         c.save(f)
     if options.keep is not None:
         if options.keep.exists() and any(options.keep.iterdir()):

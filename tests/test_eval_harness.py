@@ -210,6 +210,47 @@ def test_embedding_cache_round_trip_skips_the_model(tmp_path: Path, embedder: An
     assert calls == [1]
 
 
+def test_a_cache_file_keeps_what_a_parallel_run_saved(tmp_path: Path, embedder: Any) -> None:
+    """Two runs that loaded the same (empty) file and each saved their own texts: the
+    file holds both, not only the last run's."""
+    path = tmp_path / "model.npz"
+    one, two = CachedEmbedder(embedder), CachedEmbedder(embedder)
+    one.load(path), two.load(path)
+    one.warm(["the invoice was paid"])
+    two.warm(["发票已经付款了"])
+    one.save(path)
+    two.save(path)
+    assert CachedEmbedder(embedder).load(path) == 2
+
+
+def test_a_combination_is_cached_model_by_model(tmp_path: Path, embedder: Any) -> None:
+    """evaluate() keeps a combined embedder's vectors per model as well, so another
+    combination of the same models asks them nothing again."""
+    from hybrid_memory.embed.combined import CombinedEmbedder
+
+    calls: list[str] = []
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name, self.dim = name, embedder.dim
+
+        def embed(self, texts: Any) -> Any:
+            calls.extend(texts)
+            return embedder.embed(texts)
+
+        def coverage(self, text: str) -> float:
+            return 1.0
+
+    trace = [e for e in EXPENSE if e["op"] != "restart"]
+    options = harness.Options(systems=("flat_vector",), progress=False, forget_cap=None, control=False,
+                              cache=tmp_path)
+    harness.evaluate(trace, options, embedder=CombinedEmbedder(Named("a"), Named("b")))
+    assert {p.name for p in tmp_path.iterdir()} == {"a.npz", "b.npz", "a_b.npz"}
+    calls.clear()
+    harness.evaluate(trace, options, embedder=CombinedEmbedder(Named("b"), Named("a")))
+    assert calls == []
+
+
 def test_finish_events_summarize_and_a_summary_shows_what_it_holds(embedder: Any) -> None:
     """hybrid_finished finishes a task at a ``finish`` event and forgets its details; a
     question about a detail the summary holds whole counts it found through the summary,
