@@ -23,19 +23,13 @@ import numpy as np
 
 from hybrid_memory.embed.e5 import E5Embedder
 
-from .suite import SOURCES
+from .suite import SOURCES, Source, load_events
 
 
-def memories(source_name: str, data_dir: Path | None) -> list[str]:
-    source = next(s for s in SOURCES if s.name == source_name)
-    if source.kind == "dataset":
-        from . import datasets
-
-        events = datasets.load(source.arg, data_dir)
-    else:
-        from .generate import generate
-
-        events = generate(10_000, lang=source.arg, seed=0, split="dev")
+def memories(source: Source, data_dir: Path | None) -> list[str]:
+    """The distinct contents ``source`` writes, in order (its generated traces at the
+    suite's default size)."""
+    events, _ = load_events(source, nodes=10_000, data_dir=data_dir)
     return list(dict.fromkeys(e["content"] for e in events if e.get("op") == "add" and e.get("content")))
 
 
@@ -50,7 +44,7 @@ def mean_cosine(vectors: np.ndarray[Any, Any]) -> float:
     """The mean cosine of the distinct pairs of unit ``vectors``."""
     m = vectors.mean(axis=0)
     n = len(vectors)
-    return float((n * n * (m @ m) - n) / (n * (n - 1)))  # mean over distinct pairs
+    return float((n * n * (m @ m) - n) / (n * (n - 1)))  # |sum|^2 less the n self-pairs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = E5Embedder(centred=False)
     by_source: dict[str, np.ndarray[Any, Any]] = {}
     for s in SOURCES:
-        texts = evenly(memories(s.name, args.data_dir), args.per_source)
+        texts = evenly(memories(s, args.data_dir), args.per_source)
         by_source[s.name] = raw.raw(texts) if texts else np.zeros((0, 384), dtype=np.float32)
         print(f"{s.name}: {len(texts)} memories embedded", file=sys.stderr)
     means = {k: v.mean(axis=0) for k, v in by_source.items()}

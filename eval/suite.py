@@ -71,19 +71,23 @@ HELDOUT = (
 FIGURES = ("recall_all@10", "ndcg@10", "branch_acc@1", "tokens_mean")
 
 
-def run_source(source: Source, *, config_file: Path | None, systems: Sequence[str], nodes: int,
-               data_dir: Path | None, limit: int | None, cache: Path, out: Path, model: str | None) -> dict[str, Any]:
-    """One harness run of ``source``; its results are written under ``out/<name>``."""
+def load_events(source: Source, *, nodes: int, data_dir: Path | None,
+                limit: int | None = None) -> tuple[list[dict[str, Any]], str]:
+    """``source``'s trace events, and a label saying what they are."""
     if source.kind == "dataset":
         from . import datasets
 
-        events = datasets.load(source.arg, data_dir, limit=limit)
-        label = f"dataset {source.arg}"
-    else:
-        from .generate import generate
+        return datasets.load(source.arg, data_dir, limit=limit), f"dataset {source.arg}"
+    from .generate import generate
 
-        events = generate(nodes, lang=source.arg, seed=0, split=source.split)
-        label = f"generated nodes={nodes} lang={source.arg} seed=0 split={source.split}"
+    return (generate(nodes, lang=source.arg, seed=0, split=source.split),
+            f"generated nodes={nodes} lang={source.arg} seed=0 split={source.split}")
+
+
+def run_source(source: Source, *, config_file: Path | None, systems: Sequence[str], nodes: int,
+               data_dir: Path | None, limit: int | None, cache: Path, out: Path, model: str | None) -> dict[str, Any]:
+    """One harness run of ``source``; its results are written under ``out/<name>``."""
+    events, label = load_events(source, nodes=nodes, data_dir=data_dir, limit=limit)
     if source.sessions and "hybrid_finished" in systems:
         events = finish_sessions(events)
     config = Config.load(config_file) if config_file else None

@@ -15,6 +15,7 @@ model's part in a combination (:mod:`.combined`) counts as much as theirs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -37,11 +38,14 @@ _LOADED: dict[int, Any] = {}  # by thread count
 _ENCODE_LOCK = threading.Lock()
 
 
+@functools.cache
 def fitted_centre() -> Vectors:
-    """The centre shipped with the package (see the module's docstring)."""
+    """The centre shipped with the package (see the module's docstring), read once
+    per process; read-only."""
     with resources.files(__package__).joinpath(_CENTRE_FILE).open("rb") as f:
-        centre = np.load(f, allow_pickle=False)
-    return np.asarray(centre, dtype=np.float32).reshape(_DIM)
+        centre = np.asarray(np.load(f, allow_pickle=False), dtype=np.float32).reshape(_DIM)
+    centre.flags.writeable = False
+    return centre
 
 
 class E5Embedder:
@@ -50,7 +54,9 @@ class E5Embedder:
     fitted on). ``threads``: the engine's threads per call; 1, as for the USE model
     (:mod:`.use`): threads that busy-wait collapse when other processes want the cores."""
 
-    def __init__(self, *, centred: bool = True, batch_size: int = 64, threads: int = 1) -> None:
+    def __init__(self, *, centred: bool = True, device: str = "cpu", batch_size: int = 64, threads: int = 1) -> None:
+        if device != "cpu":
+            raise ConfigError(f"{E5_SMALL} runs on the CPU; set embedding.device to 'cpu', got {device!r}")
         if batch_size < 1:
             raise ConfigError(f"embedding.batch_size must be >= 1, got {batch_size}")
         if threads < 1:

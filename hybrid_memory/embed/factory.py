@@ -33,9 +33,7 @@ def make_embedder(settings: EmbeddingConfig) -> Embedder:
                               f"got {settings.model!r}")
         return CombinedEmbedder(*(make_embedder(replace(settings, model=n)) for n in names))
     if settings.model == E5_SMALL:
-        if settings.device != "cpu":
-            raise ConfigError(f"{E5_SMALL} runs on the CPU; set embedding.device to 'cpu', got {settings.device!r}")
-        return E5Embedder(batch_size=settings.batch_size)
+        return E5Embedder(device=settings.device, batch_size=settings.batch_size)
     if settings.model == USE_MULTILINGUAL:
         return UniversalSentenceEncoderEmbedder(device=settings.device, batch_size=settings.batch_size)
     if settings.backend == "onnx":
