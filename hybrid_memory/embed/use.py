@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Vectors
+from .base import Vectors, check_cpu_settings
 
 #: The ``embedding.model`` setting that selects this embedder.
 USE_MULTILINGUAL = "use-multilingual"
@@ -46,15 +46,8 @@ class UniversalSentenceEncoderEmbedder:
     """
 
     def __init__(self, *, device: str = "cpu", batch_size: int = 64, threads: int = 1) -> None:
-        if device != "cpu":
-            raise ConfigError(
-                f"{USE_MULTILINGUAL} runs on numpy on the CPU; set embedding.device to 'cpu', got {device!r}"
-            )
-        if batch_size < 1:
-            raise ConfigError(f"embedding.batch_size must be >= 1, got {batch_size}")
+        check_cpu_settings(f"{USE_MULTILINGUAL} runs on numpy on the CPU", device, batch_size, threads)
         self._batch_size = batch_size
-        if threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {threads}")
         self._threads = threads
         self._model: Any = None
 
