@@ -56,12 +56,12 @@ from hybrid_memory import ROOT, MemoryTree  # noqa: E402
 from hybrid_memory.accel.lexicon import Lexicon  # noqa: E402
 from hybrid_memory.config import Config  # noqa: E402
 from hybrid_memory.embed import make_embedder  # noqa: E402
+from hybrid_memory.evaluation.metrics import percentile, recall_all  # noqa: E402
+from hybrid_memory.evaluation.systems import CachedEmbedder, timed  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
 from hybrid_memory.testing import Faults  # noqa: E402
 
 from .generate import generate  # noqa: E402
-from .metrics import percentile, recall_all  # noqa: E402
-from .systems import CachedEmbedder, timed  # noqa: E402
 
 #: Single adds measured one by one (the rest of the trace goes in with add_many).
 SINGLE_ADDS = 200

@@ -90,7 +90,7 @@ from eval.loading import (
     unique,
 )
 from eval.realmem import load_realmem
-from eval.trace import TraceError, read_trace, write_trace
+from hybrid_memory.evaluation.trace import TraceError, read_trace, write_trace
 
 __all__ = [
     "ASSISTANT_IMPORTANCE",

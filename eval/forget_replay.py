@@ -36,10 +36,9 @@ from typing import Any
 import numpy as np
 
 from hybrid_memory.config import Config
+from hybrid_memory.evaluation.trace import read_trace
 from hybrid_memory.forgetting import alone_shares, forgetting_weights, heading_factors, plan_forget
 from hybrid_memory.weights import weight_array
-
-from .trace import read_trace
 
 #: (arrays, candidate rows, now) -> the forgetting weight of each candidate.
 Policy = Callable[["Columns", np.ndarray[Any, Any], float], np.ndarray[Any, Any]]

@@ -69,10 +69,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from hybrid_memory.evaluation.trace import write_trace
+
 from . import generate_heldout as heldout
 from . import generate_templates as tables
 from .generate_templates import Domain, Entities, Line, Slots, Sub, domains
-from .trace import write_trace
 
 Event = dict[str, Any]
 

@@ -31,11 +31,12 @@ from typing import Any
 
 from hybrid_memory import MemoryTree
 from hybrid_memory.cli import main as cli_main
+from hybrid_memory.evaluation import metrics
+from hybrid_memory.evaluation.harness import Options, evaluate
 from hybrid_memory.ingest import SOURCE_ID
 from hybrid_memory.retrieval import rank_key
 
-from . import datasets, metrics
-from .harness import Options, evaluate
+from . import datasets
 
 _FILES = {"locomo": "locomo/locomo_dev.json", "longmemeval": "longmemeval/longmemeval_oracle_dev.json"}
 

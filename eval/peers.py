@@ -24,7 +24,7 @@ out of the box.
 
 Workers write raw measurements (each add's and each search's milliseconds, the trace
 ids each search returned, best first); every figure in the table is computed here
-with the evaluation's definitions (:mod:`eval.metrics`), the same for every row.
+with the evaluation's definitions (:mod:`hybrid_memory.evaluation.metrics`), the same for every row.
 Search latency includes embedding the question, for every system.
 
 ``--peer-nodes N`` caps what the peers ingest at the trace's first N memories: the
@@ -57,11 +57,11 @@ from tqdm import tqdm  # noqa: E402
 from hybrid_memory import ROOT, MemoryTree, SentenceTransformerEmbedder  # noqa: E402
 from hybrid_memory.config import Config  # noqa: E402
 from hybrid_memory.embed import Embedder, make_embedder  # noqa: E402
+from hybrid_memory.evaluation.metrics import mean, percentile, recall_all, recall_any  # noqa: E402
+from hybrid_memory.evaluation.systems import timed  # noqa: E402
 from hybrid_memory.retrieval import rank_key  # noqa: E402
 
 from .generate import generate  # noqa: E402
-from .metrics import mean, percentile, recall_all, recall_any  # noqa: E402
-from .systems import timed  # noqa: E402
 
 K = 10
 #: hybrid_memory's add_many batch (as eval.bench) and LangGraph's batch of PutOps.

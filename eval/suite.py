@@ -15,7 +15,7 @@ oracle with a 3,000-token budget, MADial-Bench en, MemDaily, RealMem) and the
 generated traces in English and Chinese (``--generate`` nodes, seed 0). The
 generator's held-out split (other question phrasings, domains of its own) runs
 only with ``--heldout``: it is for reporting, never for choosing. Each
-source is one run of the harness (:func:`eval.harness.evaluate`), without the
+source is one run of the harness (:func:`hybrid_memory.evaluation.harness.evaluate`), without the
 restart control and without forgetting; ``--jobs`` runs that many at once, each
 in a process of its own.
 """
@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_memory import Config
-
-from .harness import Options, evaluate
-from .report import write_all
-from .trace import finish_sessions
+from hybrid_memory.evaluation.harness import Options, evaluate
+from hybrid_memory.evaluation.report import write_all
+from hybrid_memory.evaluation.trace import finish_sessions
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class Source:
     #: Of a generated trace: "dev" (tuned on) or "test" (held out).
     split: str = "dev"
     #: Its top-level tasks are sessions one after the other: each is finished when
-    #: the next begins, for ``hybrid_finished`` (eval.trace.finish_sessions).
+    #: the next begins, for ``hybrid_finished`` (hybrid_memory.evaluation.trace.finish_sessions).
     sessions: bool = False
 
 

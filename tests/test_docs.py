@@ -114,6 +114,10 @@ def test_shell_commands_exist(where: str, command: str) -> None:
     if argv[0] == "make":
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE)
         assert set(argv[1:]) <= set(targets), f"{where}: {command}"
+    elif argv[:2] == ["hybrid-memory", "eval"]:  # main hands it to the evaluation's own parser
+        from hybrid_memory.evaluation.cli import build_parser as eval_parser
+
+        eval_parser().parse_args(argv[2:])
     elif argv[0] == "hybrid-memory":
         build_parser().parse_args(argv[1:])  # exits (fails the test) on an unknown command or option
     elif argv[0].endswith("python") and argv[1] == "-m":

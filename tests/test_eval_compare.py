@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from eval import compare, harness
+from eval import compare
 from eval.generate import generate
-from eval.report import write_all
 from hybrid_memory.config import Config
+from hybrid_memory.evaluation import harness
+from hybrid_memory.evaluation.report import write_all
 
 
 def _run(events: list[dict[str, Any]], out: Path, embedder: Any, config: Config | None = None) -> None:

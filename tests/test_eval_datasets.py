@@ -1,4 +1,4 @@
-"""The real data sets as traces (eval.datasets) and traces on disk (eval.trace).
+"""The real data sets as traces (eval.datasets) and traces on disk (hybrid_memory.evaluation.trace).
 
 Each loader runs on a tiny fixture written in its data set's schema, so the
 expected events can be spelled out. When the real data folder is there
@@ -25,8 +25,8 @@ from eval.datasets import (
     load_with_report,
     main,
 )
-from eval.trace import TraceError, read_trace, write_trace
 from hybrid_memory.config import Config
+from hybrid_memory.evaluation.trace import TraceError, read_trace, write_trace
 
 Event = dict[str, Any]
 

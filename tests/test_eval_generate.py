@@ -19,7 +19,7 @@ from eval import generate_heldout as heldout
 from eval import generate_templates as tables
 from eval.generate import CATEGORIES, SPLITS, default_queries, generate, main, overlap, terms
 from eval.generate_templates import FRESH, Domain, Line, domains
-from eval.trace import read_trace
+from hybrid_memory.evaluation.trace import read_trace
 
 LANGS = ("en", "zh")
 Event = dict[str, Any]

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval import forget_replay, harness
+from eval import forget_replay
 from eval.datasets import default_data_dir, load
 from eval.generate import generate
-from eval.systems import CachedEmbedder
-from eval.trace import TraceError, write_trace
 from hybrid_memory.cli import main as cli_main
 from hybrid_memory.config import Config
+from hybrid_memory.evaluation import harness
+from hybrid_memory.evaluation.systems import CachedEmbedder
+from hybrid_memory.evaluation.trace import TraceError, write_trace
 
 CONTRACT_KEYS = ("recall_all@10", "recall_any@10", "ndcg@10", "branch_acc@1", "tokens_mean",
                  "latency_ms_p50", "latency_ms_p95", "compression")
@@ -255,7 +256,7 @@ def test_finish_events_summarize_and_a_summary_shows_what_it_holds(embedder: Any
     """hybrid_finished finishes a task at a ``finish`` event and forgets its details; a
     question about a detail the summary holds whole counts it found through the summary,
     and the plain hybrid system ignores the event."""
-    from eval.trace import finish_sessions
+    from hybrid_memory.evaluation.trace import finish_sessions
 
     trace = finish_sessions([e for e in EXPENSE if e["op"] != "restart"])
     assert [e["id"] for e in trace if e["op"] == "finish"] == ["t1"]  # t2 began after it

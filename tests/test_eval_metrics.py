@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval import metrics
+from hybrid_memory.evaluation import metrics
 
 
 def ranks(*groups: str) -> list[frozenset[str]]:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import session_embedder
 
-from eval.harness import Options, evaluate
 from hybrid_memory import Config
 from hybrid_memory.embed import DEFAULT_MODEL, make_embedder
+from hybrid_memory.evaluation.harness import Options, evaluate
 from hybrid_memory.store.schema import to_blob
 
 ZH = (["报销单", "发票", "合同", "供应商", "审批人", "预算", "酒店", "机票", "签证", "服务器", "数据库", "工单"],

@@ -19,13 +19,17 @@ __all__ = ["build_parser", "main", "run_eval"]
 
 
 def run_eval(argv: Sequence[str], command: str = "eval") -> int:
-    """``hybrid-memory eval ...`` and ``hybrid-memory bench ...``: the offline
-    evaluation and the benchmarks, which live beside the package in the source tree
-    (``eval/``), not inside it."""
-    if "" not in sys.path and os.path.isfile(os.path.join("eval", "harness.py")):
+    """``hybrid-memory eval ...``: the offline evaluation of a trace file, shipped in
+    the package (:mod:`hybrid_memory.evaluation`). ``hybrid-memory bench ...``: the
+    benchmarks, which live beside the package in the source tree (``eval/``)."""
+    if command == "eval":
+        from ..evaluation.cli import main as evaluate
+
+        return evaluate(list(argv), prog="hybrid-memory eval")
+    if "" not in sys.path and os.path.isfile(os.path.join("eval", "bench.py")):
         sys.path.insert(0, os.getcwd())  # a non-editable install run from the checkout
     try:
-        entry = importlib.import_module("eval.bench" if command == "bench" else "eval.harness").main
+        entry = importlib.import_module("eval.bench").main
     except ImportError:
         print(f"error [config_error]: hybrid-memory {command} runs from a source checkout of hybrid_memory "
               "(it needs the eval/ folder beside the package; run it from the checkout's top folder)",

@@ -38,13 +38,13 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from hybrid_memory import AUTO, ROOT, Config, MemoryTree, NodeType, summaries
-from hybrid_memory import text as hm_text
-from hybrid_memory.embed import Embedder, Vectors
-from hybrid_memory.errors import InvalidInputError
-from hybrid_memory.retrieval import rank_key
-from hybrid_memory.store.vectors import ChromaIndex
-from hybrid_memory.weights import weight as node_weight
+from .. import AUTO, ROOT, Config, MemoryTree, NodeType, summaries
+from .. import text as hm_text
+from ..embed import Embedder, Vectors
+from ..errors import InvalidInputError
+from ..retrieval import rank_key
+from ..store.vectors import ChromaIndex
+from ..weights import weight as node_weight
 
 Event = Mapping[str, Any]
 

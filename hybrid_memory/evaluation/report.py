@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-CHANGES = Path(__file__).with_name("CHANGES.md")
-
 COLUMNS = ("recall_all@{k}", "recall_any@{k}", "ndcg@{k}", "branch_acc@1", "tokens_mean",
            "recall_all@hybrid_tokens", "ndcg@hybrid_tokens", "compression", "latency_ms_p50", "latency_ms_p95")
 
@@ -80,10 +78,6 @@ def markdown(results: Mapping[str, Any]) -> str:
     notes = results.get("notes")
     if notes:
         parts += ["", "## Notes", "", notes]
-    if CHANGES.is_file():
-        # The log of retrieval changes, each with what it did on the harness.
-        body = CHANGES.read_text(encoding="utf-8").split("\n", 1)[-1].strip()
-        parts += ["", "## Retrieval changes and what each did", "", body]
     return "\n".join(parts) + "\n"
 
 
