@@ -31,6 +31,7 @@ from .. import Config, passages  # noqa: E402
 from ..embed import make_embedder  # noqa: E402
 from ..embed.combined import CombinedEmbedder  # noqa: E402
 from . import metrics  # noqa: E402
+from .events import Prepared, Query, prepare  # noqa: E402
 from .systems import (  # noqa: E402
     BASELINES,
     BM25,
@@ -46,120 +47,10 @@ from .systems import (  # noqa: E402
     line_tokens,
     timed,
 )
-from .trace import OPS, TraceError  # noqa: E402
+from .trace import TraceError  # noqa: E402
 
 CURVE_K = 20
 TOKEN_POINTS = (1, 3, 5, 10, 20)
-
-
-# -- preparing a trace -------------------------------------------------------------
-
-
-@dataclass
-class Query:
-    id: str
-    namespace: str
-    text: str
-    gold: frozenset[str]
-    task: frozenset[str]
-    ts: float
-    category: str
-    full_tokens: int
-    after_restart: bool
-
-
-@dataclass
-class Prepared:
-    events: list[dict[str, Any]]
-    queries: list[Query]
-    nodes: int
-    namespaces: int
-    restarts: int
-    texts: list[str]
-
-
-def prepare(raw: Iterable[Mapping[str, Any]]) -> Prepared:
-    """Check every event and make the implicit explicit: a missing ``parent`` is
-    the active node (the last focused or last added task), a missing ``ts`` is the
-    previous one. Every system then replays the same, fully specified events."""
-    events: list[dict[str, Any]] = []
-    queries: list[Query] = []
-    texts: list[str] = []
-    seen: set[str] = set()
-    namespace, active = "default", None
-    now = 0.0
-    full_tokens = 0
-    restarts = adds = namespaces = 0
-    restarted = False
-    for i, ev in enumerate(raw, start=1):
-        if not isinstance(ev, Mapping) or ev.get("op") not in OPS:
-            raise TraceError(f"event {i}: not an object with an op in {sorted(OPS)}: {ev!r:.120}")
-        e = dict(ev)
-        op = e["op"]
-        if op == "namespace":
-            now = 0.0  # each memory keeps its own time: a replay's clock never runs backwards within one
-        if "ts" in e and e["ts"] is not None:
-            try:
-                now = max(now, float(e["ts"]))
-            except (TypeError, ValueError):
-                raise TraceError(f"event {i}: ts must be a number of seconds") from None
-        e["ts"] = now
-        if op == "namespace":
-            namespace = str(e.get("name") or f"ns{i}")
-            seen, active, full_tokens, restarted = set(), None, 0, False
-            namespaces += 1
-        elif op == "add":
-            _need(e, i, "id", "content")
-            if e["id"] in seen:
-                raise TraceError(f"event {i}: id {e['id']!r} was added before")
-            if "parent" not in e:
-                e["parent"] = active
-            if e["parent"] is not None and e["parent"] not in seen:
-                raise TraceError(f"event {i}: parent {e['parent']!r} has not been added")
-            e.setdefault("type", "event")
-            seen.add(e["id"])
-            adds += 1
-            texts.append(e["content"])
-            full_tokens += line_tokens(e["type"], e["content"])
-            if e["type"] == "task":
-                active = e["id"]
-        elif op in ("focus", "feedback", "finish"):
-            _need(e, i, "id")
-            if e["id"] not in seen:
-                raise TraceError(f"event {i}: {op} of {e['id']!r}, which has not been added")
-            if op == "focus":
-                active = e["id"]
-        elif op == "restart":
-            restarts += 1
-            restarted = True
-            e["expected_active"] = active
-        elif op == "query":
-            _need(e, i, "id", "text", "gold")
-            gold = frozenset(_as_list(e["gold"]))
-            missing = sorted(gold - seen)
-            if not gold or missing:
-                raise TraceError(f"event {i}: query {e['id']!r} has no gold, or gold not yet added: {missing}")
-            texts.append(e["text"])
-            queries.append(Query(str(e["id"]), namespace, e["text"], gold, frozenset(_as_list(e.get("task"))),
-                                 now, str(e.get("category") or "all"), full_tokens, restarted))
-            e["_q"] = len(queries) - 1
-        e["_ns"] = namespace
-        events.append(e)
-    return Prepared(events, queries, adds, max(namespaces, 1), restarts, texts)
-
-
-def _need(e: Mapping[str, Any], i: int, *keys: str) -> None:
-    for key in keys:
-        if e.get(key) is None:
-            raise TraceError(f"event {i} ({e.get('op')}): {key!r} is missing")
-
-
-def _as_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
 
 
 # -- replaying into one system -------------------------------------------------------
@@ -361,22 +252,8 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
         config = replace(config, embedding=replace(config.embedding, model=options.model))
     recover_args = (["--config", str(options.config_file)] if options.config_file else []) + (
         ["--model", options.model] if options.model else [])
-    vectors, caches = _cached(embedder or make_embedder(config.embedding), options.cache)
-    # The passages of long contents are embedded when written: warmed (and kept) too.
-    texts = [*prepared.texts, *(c[a:b] for c in set(prepared.texts)
-                                for a, b in passages.cut(c, config.write.passage_tokens))]
-    with tqdm(total=len(set(texts)), desc="embedding", unit="text", disable=not options.progress,
-              leave=False, file=sys.stderr) as bar:
-        vectors.warm(texts, bar.update)
-    for c, f in caches:
-        c.save(f)
-    if options.keep is not None:
-        if options.keep.exists() and any(options.keep.iterdir()):
-            raise ValueError(f"--keep-memories folder {options.keep} is not empty")
-        options.keep.mkdir(parents=True, exist_ok=True)
-        workdir = options.keep
-    else:
-        workdir = Path(tempfile.mkdtemp(prefix="hm-eval-", dir=options.workdir))
+    vectors = _warmed(prepared, options, config, embedder)
+    workdir = _workdir(options)
     clock = [0.0]
 
     def now() -> float:
@@ -404,15 +281,7 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
             forgetting = replay(HybridSystem("hybrid_forget", workdir / "forget", vectors, now, config=config,
                                              forget_cap=cap, recover_in_subprocess=False), check_forgotten=True)
             runs["hybrid_forget"] = forgetting
-            extra["forgetting"] = {
-                "cap_live_nodes": cap,
-                "cap_share": options.forget_cap,
-                "gold_checked": forgetting.gold_checked,
-                "gold_forgotten": forgetting.gold_forgotten,
-                "forgotten_by_type": dict(sorted(forgetting.forgotten_types.items())),
-                "forgotten_gold": forgetting.forgotten_gold,
-                "wrongly_forgotten": forgetting.gold_forgotten / forgetting.gold_checked if forgetting.gold_checked else 0.0,
-            }
+            extra["forgetting"] = _forgetting(forgetting, cap, options.forget_cap)
     finally:
         if options.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -422,6 +291,43 @@ def evaluate(raw: Iterable[Mapping[str, Any]], options: Options, *, source: str 
     results["embedder"] = vectors.name
     results["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     return results
+
+
+def _warmed(prepared: Prepared, options: Options, config: Config, embedder: Any) -> CachedEmbedder:
+    """The embedder every system reads, every text of the trace (and every passage of
+    a long one, embedded when written) already embedded, and the cache files saved."""
+    vectors, caches = _cached(embedder or make_embedder(config.embedding), options.cache)
+    texts = [*prepared.texts, *(c[a:b] for c in set(prepared.texts)
+                                for a, b in passages.cut(c, config.write.passage_tokens))]
+    with tqdm(total=len(set(texts)), desc="embedding", unit="text", disable=not options.progress,
+              leave=False, file=sys.stderr) as bar:
+        vectors.warm(texts, bar.update)
+    for c, f in caches:
+        c.save(f)
+    return vectors
+
+
+def _workdir(options: Options) -> Path:
+    """Where the replays' memories go: ``options.keep`` (new or empty), else a temporary folder."""
+    if options.keep is None:
+        return Path(tempfile.mkdtemp(prefix="hm-eval-", dir=options.workdir))
+    if options.keep.exists() and any(options.keep.iterdir()):
+        raise ValueError(f"--keep-memories folder {options.keep} is not empty")
+    options.keep.mkdir(parents=True, exist_ok=True)
+    return options.keep
+
+
+def _forgetting(run: Run, cap: int, share: float) -> dict[str, Any]:
+    """The forgetting replay's figures: how many gold memories were gone before their question."""
+    return {
+        "cap_live_nodes": cap,
+        "cap_share": share,
+        "gold_checked": run.gold_checked,
+        "gold_forgotten": run.gold_forgotten,
+        "forgotten_by_type": dict(sorted(run.forgotten_types.items())),
+        "forgotten_gold": run.forgotten_gold,
+        "wrongly_forgotten": run.gold_forgotten / run.gold_checked if run.gold_checked else 0.0,
+    }
 
 
 def _make(name: str, workdir: Path, vectors: CachedEmbedder, now: Callable[[], float], config: Config,
@@ -487,54 +393,10 @@ def _ndcg_cut(cut: Sequence[frozenset[str]], gold: frozenset[str], k: int) -> fl
 
 def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> dict[str, Any]:
     k = options.k
-    systems: dict[str, Any] = {}
-    for name, run in runs.items():
-        qs = [prepared.queries[i] for i in sorted(run.replies)]
-        replies = [run.replies[i] for i in sorted(run.replies)]
-        s = _summary(qs, replies, k)
-        lat = [r.latency_ms for r in replies]
-        s["latency_ms_p50"] = metrics.percentile(lat, 50)
-        s["latency_ms_p95"] = metrics.percentile(lat, 95)
-        s["recall_all@k"] = [
-            metrics.mean(1.0 if r.everything else metrics.recall_all(r.curve, q.gold, kk) for q, r in zip(qs, replies, strict=True))
-            for kk in range(1, CURVE_K + 1)
-        ]
-        s["recall_any@k"] = [
-            metrics.mean(1.0 if r.everything else metrics.recall_any(r.curve, q.gold, kk) for q, r in zip(qs, replies, strict=True))
-            for kk in range(1, CURVE_K + 1)
-        ]
-        s["tokens_vs_recall"] = [
-            {"k": p, "tokens_mean": metrics.mean(r.tokens_at[p] for r in replies),
-             "recall_all": metrics.mean(r.recall_at[p] for r in replies)}
-            for p in TOKEN_POINTS
-        ]
-        cats: dict[str, list[int]] = {}
-        for idx, q in enumerate(qs):
-            cats.setdefault(q.category, []).append(idx)
-        s["by_category"] = {
-            c: _summary([qs[i] for i in idx], [replies[i] for i in idx], k) for c, idx in sorted(cats.items())
-        }
-        s["replay_s"] = round(run.seconds, 2)
-        systems[name] = s
+    systems = {name: _figures(prepared, run, k) for name, run in runs.items()}
     if "hybrid" in runs:
-        cost = _line_costs(prepared)
-        hybrid = runs["hybrid"].replies
-        for name, run in runs.items():
-            rs, ns = [], []
-            for i, r in run.replies.items():
-                q = prepared.queries[i]
-                if name == "hybrid" or i not in hybrid:
-                    scores = _score(q, r, k)
-                    rs.append(scores["recall_all"])
-                    ns.append(scores["ndcg"])
-                    continue
-                ranking = r.ranked if r.everything else r.curve
-                cut = metrics.within_tokens(ranking, [max((cost.get(t, 0) for t in ids), default=0) for ids in ranking],
-                                            hybrid[i].tokens)
-                rs.append(metrics.recall_all(cut, q.gold, len(cut)))
-                ns.append(_ndcg_cut(cut, q.gold, k))
-            systems[name]["recall_all@hybrid_tokens"] = metrics.mean(rs)
-            systems[name]["ndcg@hybrid_tokens"] = metrics.mean(ns)
+        for name, figures in _at_hybrid_tokens(prepared, runs, k).items():
+            systems[name].update(figures)
     per_question = [
         {"id": q.id, "namespace": q.namespace, "category": q.category, "text": q.text, "gold": sorted(q.gold),
          "task": sorted(q.task),
@@ -554,3 +416,59 @@ def _results(prepared: Prepared, runs: Mapping[str, Run], options: Options) -> d
         "trace": {"nodes": prepared.nodes, "namespaces": prepared.namespaces, "restarts": prepared.restarts},
         "definitions": metrics.DEFINITIONS,
     }
+
+
+def _figures(prepared: Prepared, run: Run, k: int) -> dict[str, Any]:
+    """One system's figures: the summary, latency, the recall curves, tokens against
+    recall, the summary by category."""
+    qs = [prepared.queries[i] for i in sorted(run.replies)]
+    replies = [run.replies[i] for i in sorted(run.replies)]
+    s = _summary(qs, replies, k)
+    lat = [r.latency_ms for r in replies]
+    s["latency_ms_p50"] = metrics.percentile(lat, 50)
+    s["latency_ms_p95"] = metrics.percentile(lat, 95)
+    s["recall_all@k"] = [
+        metrics.mean(1.0 if r.everything else metrics.recall_all(r.curve, q.gold, kk) for q, r in zip(qs, replies, strict=True))
+        for kk in range(1, CURVE_K + 1)
+    ]
+    s["recall_any@k"] = [
+        metrics.mean(1.0 if r.everything else metrics.recall_any(r.curve, q.gold, kk) for q, r in zip(qs, replies, strict=True))
+        for kk in range(1, CURVE_K + 1)
+    ]
+    s["tokens_vs_recall"] = [
+        {"k": p, "tokens_mean": metrics.mean(r.tokens_at[p] for r in replies),
+         "recall_all": metrics.mean(r.recall_at[p] for r in replies)}
+        for p in TOKEN_POINTS
+    ]
+    cats: dict[str, list[int]] = {}
+    for idx, q in enumerate(qs):
+        cats.setdefault(q.category, []).append(idx)
+    s["by_category"] = {
+        c: _summary([qs[i] for i in idx], [replies[i] for i in idx], k) for c, idx in sorted(cats.items())
+    }
+    s["replay_s"] = round(run.seconds, 2)
+    return s
+
+
+def _at_hybrid_tokens(prepared: Prepared, runs: Mapping[str, Run], k: int) -> dict[str, dict[str, float]]:
+    """Each system's recall_all and nDCG with its ranking cut at the tokens hybrid
+    returned for the same question."""
+    cost = _line_costs(prepared)
+    hybrid = runs["hybrid"].replies
+    out: dict[str, dict[str, float]] = {}
+    for name, run in runs.items():
+        rs, ns = [], []
+        for i, r in run.replies.items():
+            q = prepared.queries[i]
+            if name == "hybrid" or i not in hybrid:
+                scores = _score(q, r, k)
+                rs.append(scores["recall_all"])
+                ns.append(scores["ndcg"])
+                continue
+            ranking = r.ranked if r.everything else r.curve
+            cut = metrics.within_tokens(ranking, [max((cost.get(t, 0) for t in ids), default=0) for ids in ranking],
+                                        hybrid[i].tokens)
+            rs.append(metrics.recall_all(cut, q.gold, len(cut)))
+            ns.append(_ndcg_cut(cut, q.gold, k))
+        out[name] = {"recall_all@hybrid_tokens": metrics.mean(rs), "ndcg@hybrid_tokens": metrics.mean(ns)}
+    return out
