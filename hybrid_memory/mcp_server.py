@@ -138,7 +138,8 @@ class IngestOut(BaseModel):
     format: str = Field(description="How the text was read: messages, sessions or text.")
     sessions: int
     messages: int
-    written: int = Field(description="Memories written now (sessions' tasks and messages).")
+    written: int = Field(description="New memories written now (sessions' tasks and messages).")
+    merged: int = Field(description="Messages merged into a near-twin already in the memory, not written as new.")
     skipped: int = Field(description="Sessions and messages already in the memory, not written again.")
     dry_run: bool
     tree: str = Field(description="The sessions and their first messages, a line each.")
@@ -372,7 +373,7 @@ class _Tools:
         written (or, with dry_run, what would be) as a tree."""
         r = self.mem.ingest(text=text, name=name, parent=parent_named(parent), dry_run=dry_run)
         return IngestOut(format=r.format, sessions=r.sessions, messages=r.messages, written=r.written,
-                         skipped=r.skipped, dry_run=r.dry_run, tree=r.tree, session_ids=list(r.session_ids))
+                         merged=r.merged, skipped=r.skipped, dry_run=r.dry_run, tree=r.tree, session_ids=list(r.session_ids))
 
     @_tool
     def forget(

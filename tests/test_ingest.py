@@ -132,6 +132,22 @@ def test_a_chat_is_ingested_at_its_own_times_with_its_speakers(open_memory, tmp_
     assert messages[0].id in mem.retrieve(QUESTION[lang], k=3).ids
 
 
+def test_a_message_merged_into_its_twin_is_counted_as_merged(open_memory, tmp_path, lang):
+    """A user who says the same thing twice in a session: the second message merges
+    into the first ([dedup]), and the report counts it as merged, not as written."""
+    mem = open_memory()
+    said = CHATS[lang][0]
+    again = {**said, "timestamp": "2024-03-01T10:01:00Z"}
+    report = mem.ingest(jsonl(tmp_path / "chat.jsonl", [*CHATS[lang], again]))
+    live = [n for n in mem.nodes() if n.type is not NodeType.TASK]
+    assert [n.content for n in live].count(f"user: {said['content']}") == 1
+    assert report.merged == 1 and report.written == 1 + len(live)  # the session's task and the new messages
+    # Turned off, the twin is a memory of its own and is written as one.
+    plain = open_memory(namespace="plain", dedup={"enabled": False})
+    report = plain.ingest(jsonl(tmp_path / "chat2.jsonl", [*CHATS[lang], again]))
+    assert report.merged == 0 and report.written == 1 + 4
+
+
 def test_the_same_file_twice_writes_nothing_twice(open_memory, tmp_path, lang):
     mem = open_memory()
     path = jsonl(tmp_path / "chat.jsonl", CHATS[lang])
@@ -299,7 +315,7 @@ def test_the_command_line_ingests_with_a_dry_run_first(tmp_path, capsys, lang):
     report = json.loads(capsys.readouterr().out)
     assert (report["written"], report["skipped"], report["format"]) == (4, 0, "messages")
     assert main([*args, "ingest", str(path)]) == 0
-    assert "wrote 0, 4 already in" in capsys.readouterr().out
+    assert "wrote 0, merged 0 into near-twins, 4 already in" in capsys.readouterr().out
     bad = jsonl(tmp_path / "bad.jsonl", [CHATS[lang][0], {"role": "user", "content": 7}])
     assert main([*args, "ingest", str(bad)]) == IngestError.exit_code
     assert "error [invalid_transcript]: bad.jsonl:2:" in capsys.readouterr().err

@@ -36,5 +36,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
               f"({report.skipped} already in, {report.empty} empty left out)")
     else:
         print(f"ingested {report.name} ({report.format}): {report.sessions} sessions, {report.messages} messages; "
-              f"wrote {report.written}, {report.skipped} already in, {report.empty} empty left out")
+              f"wrote {report.written}, merged {report.merged} into near-twins, {report.skipped} already in, "
+              f"{report.empty} empty left out")
     return 0

@@ -50,7 +50,7 @@ class IngestReport:
     format: str
     sessions: int
     messages: int
-    #: Memories written now (sessions' tasks and messages; none on a dry run).
+    #: New memories written now (sessions' tasks and messages; none on a dry run).
     written: int
     #: Sessions and messages already in the memory, not written again.
     skipped: int
@@ -61,6 +61,9 @@ class IngestReport:
     tree: str
     #: The node id of each session's task (empty on a dry run).
     session_ids: tuple[str, ...] = ()
+    #: Messages (or sessions' tasks) merged into a near-twin already in the memory
+    #: (``[dedup]``) instead of written as new memories.
+    merged: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,23 +91,25 @@ def write(transcript: Transcript, target: Target, *, parent: Node | str | Root |
     if dry_run:
         return IngestReport(transcript.name, transcript.format, len(transcript.sessions), total, 0, skipped,
                             transcript.empty, True, tree)
-    written = done = 0
+    done = 0
     ids = []
+    nodes: list[Node] = []
     for session, had, left in todo:
         head = known[session.key].id if had else None
         if head is None:
             where = _where(session, parent, target.place)
-            head = target.add_many([_task(session, transcript.name, where)])[0].id
-            written += 1
+            task = target.add_many([_task(session, transcript.name, where)])
+            nodes += task
+            head = task[0].id
         for start in range(0, len(left), CHUNK):
-            target.add_many([_message(m, transcript.name, head, session) for m in left[start:start + CHUNK]])
-            written += len(left[start:start + CHUNK])
+            nodes += target.add_many([_message(m, transcript.name, head, session) for m in left[start:start + CHUNK]])
         ids.append(head)
         done += len(session.messages)
         if progress is not None:
             progress(done, total)
-    return IngestReport(transcript.name, transcript.format, len(transcript.sessions), total, written, skipped,
-                        transcript.empty, False, tree, tuple(ids))
+    merged = sum(n.merged for n in nodes)
+    return IngestReport(transcript.name, transcript.format, len(transcript.sessions), total, len(nodes) - merged,
+                        skipped, transcript.empty, False, tree, tuple(ids), merged)
 
 
 def check_all(transcript: Transcript, max_chars: int) -> None:

@@ -106,7 +106,8 @@ class IngestOut(BaseModel):
     format: str = Field(description="How the text was read: messages, sessions or text.")
     sessions: int
     messages: int
-    written: int = Field(description="Memories written now (sessions' tasks and messages).")
+    written: int = Field(description="New memories written now (sessions' tasks and messages).")
+    merged: int = Field(description="Messages merged into a near-twin already in the memory, not written as new.")
     skipped: int = Field(description="Sessions and messages already in the memory, not written again.")
     empty: int = Field(description="Messages without text, left out.")
     dry_run: bool
