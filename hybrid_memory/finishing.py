@@ -58,11 +58,15 @@ class Finisher:
         written = self._add(check.content(content, self.config.write.max_content_chars), type=NodeType.SUMMARY,
                             parent=head.id, importance=max(n.importance for n in covered),
                             meta=summaries.summary_meta(head.id, covered, name), ts=now)
-        values = update_values(None, None, None, summaries.marked(head.meta, written.id, now if finish else None),
-                               None, self.config)
-        before = head.meta.get(summaries.SUMMARY_ID)
 
         def mark(conn: Connection) -> None:
+            # The node as it is now, not as it was read: another handle may have written
+            # its meta (or summarized it) while the summarizer ran, an LLM call perhaps.
+            now_head = node_from_row(self._writer.row(conn, head.id, live=True))
+            before = now_head.meta.get(summaries.SUMMARY_ID)
+            values = update_values(None, None, None,
+                                   summaries.marked(now_head.meta, written.id, now if finish else None), None,
+                                   self.config)
             self._editor.update(conn, head.id, values, now=now, expected_version=None, vec=None, above=())
             old = self.store.nodes.get(conn, before) if isinstance(before, str) and before != written.id else None
             if old is not None and old.status == Status.LIVE.value and old.namespace == self.namespace:

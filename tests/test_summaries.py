@@ -147,6 +147,23 @@ def test_a_summarizer_gets_the_details_oldest_first(open_memory, case):
     assert summary.content == "Summary: " + case["notes"][0][0] and summary.meta["summarizer"] == "llm"
 
 
+def test_what_another_handle_writes_while_the_summarizer_runs_is_kept(open_memory, tmp_path, case):
+    """A slow summarizer (an LLM call) while another session of the same memory writes
+    the task's meta: the finished task keeps that write and points at the summary."""
+    mem = open_memory(folder=tmp_path / "mem")
+    other = open_memory(folder=tmp_path / "mem", session="other")
+    task, _, _ = trip(mem, case)
+
+    def llm(texts):
+        other.update(task, meta={"owner": "ops"})
+        return "Summary: " + texts[0]
+
+    summary = mem.finish(task, llm)
+    for handle in (mem, other):
+        meta = handle.get(task).meta
+        assert meta["owner"] == "ops" and meta[SUMMARY_ID] == summary.id and FINISHED_AT in meta
+
+
 def test_bad_summaries_are_refused_and_change_nothing(open_memory, case):
     mem = open_memory()
     task, notes, other = trip(mem, case)
