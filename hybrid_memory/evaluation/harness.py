@@ -10,7 +10,6 @@ question came?).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -21,18 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from .. import Config, passages  # noqa: E402
-from ..embed import make_embedder  # noqa: E402
-from ..embed.combined import CombinedEmbedder  # noqa: E402
-from . import metrics  # noqa: E402
-from .events import Prepared, Query, prepare  # noqa: E402
-from .systems import (  # noqa: E402
+from .. import Config, passages
+from ..embed import make_embedder
+from ..embed.combined import CombinedEmbedder
+from . import metrics
+from .events import Prepared, Query, prepare
+from .systems import (
     BASELINES,
     BM25,
     HYBRIDS,
@@ -47,7 +42,7 @@ from .systems import (  # noqa: E402
     line_tokens,
     timed,
 )
-from .trace import TraceError  # noqa: E402
+from .trace import TraceError
 
 CURVE_K = 20
 TOKEN_POINTS = (1, 3, 5, 10, 20)
