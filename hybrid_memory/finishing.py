@@ -62,10 +62,10 @@ class Finisher:
         def mark(conn: Connection) -> None:
             # The node as it is now, not as it was read: another handle may have written
             # its meta (or summarized it) while the summarizer ran, an LLM call perhaps.
-            now_head = node_from_row(self._writer.row(conn, head.id, live=True))
-            before = now_head.meta.get(summaries.SUMMARY_ID)
+            current = node_from_row(self._writer.row(conn, head.id, live=True))
+            before = current.meta.get(summaries.SUMMARY_ID)
             values = update_values(None, None, None,
-                                   summaries.marked(now_head.meta, written.id, now if finish else None), None,
+                                   summaries.marked(current.meta, written.id, now if finish else None), None,
                                    self.config)
             self._editor.update(conn, head.id, values, now=now, expected_version=None, vec=None, above=())
             old = self.store.nodes.get(conn, before) if isinstance(before, str) and before != written.id else None
