@@ -243,15 +243,20 @@ def test_a_locomo_style_conversation_keeps_its_session_dates(open_memory, tmp_pa
 SESSIONS = 120  # (enough that the ingest is still running when it is killed)
 
 
-def test_a_crash_in_the_middle_of_an_ingest_is_finished_by_ingesting_again(tmp_path, stores):
+def test_a_crash_in_the_middle_of_an_ingest_is_finished_by_ingesting_again(tmp_path, stores, embedder):
     if not stores.is_sqlite:
         pytest.skip("the crashing process opens the folder's SQLite memory")
+    # The process and this test read with the same one model (the test's own
+    # embedder asks it once per text).
+    config = tmp_path / "minilm.toml"
+    config.write_text('[embedding]\nmodel = "bundled"\n')
     rows = [{"conversation_id": f"c{i}", "role": "user" if j % 2 == 0 else "assistant",
              "content": f"Session {i} message {j}: the budget line {i * 100 + j} was approved.", "ts": 1e9 + i * 1000 + j}
             for i in range(SESSIONS) for j in range(8)]
     path = jsonl(tmp_path / "big.jsonl", rows)
     folder = tmp_path / "crashed"
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid_memory", "--path", str(folder), "ingest", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid_memory", "--path", str(folder), "--config", str(config),
+                             "ingest", str(path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False"))
     db = folder / "memory.db"
@@ -270,13 +275,13 @@ def test_a_crash_in_the_middle_of_an_ingest_is_finished_by_ingesting_again(tmp_p
     assert proc.poll() is None, "the ingest ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    with MemoryTree.open(folder) as mem:
+    with MemoryTree.open(folder, config=config, embedder=embedder) as mem:
         partial = len(mem.nodes())
         assert 0 < partial < SESSIONS * 9
         report = mem.ingest(path)
         assert report.written == SESSIONS * 9 - partial
         crashed = contents(mem)
-    with MemoryTree.open(tmp_path / "clean") as clean:
+    with MemoryTree.open(tmp_path / "clean", config=config, embedder=embedder) as clean:
         clean.ingest(path)
         assert contents(clean) == crashed
 
