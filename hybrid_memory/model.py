@@ -153,6 +153,9 @@ class ScoredNode:
     #: What the score was multiplied by for the node's branch: 1 in the located
     #: branch, less the further its branch falls behind (see retrieval.branch_factor).
     branch_factor: float = 1.0
+    #: What the weight part of the score was multiplied by for how late the node was
+    #: written in the focused family (1 elsewhere; see retrieval.rank.NEWEST_GAIN).
+    newest_factor: float = 1.0
     #: The (start, stop) span of ``node.content`` the context shows: the passage of
     #: a long memory that best answers the query (None: the whole content).
     passage: tuple[int, int] | None = None
@@ -200,12 +203,14 @@ class Recall:
         for stage, note in self.stages:
             lines.append(f"stage {stage}: {note}")
         lines.append(
-            f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6} {'branch':>6}  node"
+            f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6} {'newest':>6} "
+            f"{'branch':>6}  node"
         )
         for s in self.nodes:
             lines.append(
                 f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
-                f"{s.lexical:6.3f} {s.weight:6.3f} {s.branch_factor:6.3f}  [{s.node.type.value}] {s.node.id} "
+                f"{s.lexical:6.3f} {s.weight:6.3f} {s.newest_factor:6.3f} {s.branch_factor:6.3f}  "
+                f"[{s.node.type.value}] {s.node.id} "
                 f"{_clip(s.node.content, 60)}"
             )
         lines.append(f"tokens: {self.tokens}/{self.budget_tokens}, dropped for budget: {self.dropped}")

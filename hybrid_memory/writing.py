@@ -403,7 +403,7 @@ class Writer:
         return node_from_row(self.store.nodes.get(conn, twin["id"]), merged=True)  # type: ignore[arg-type]
 
     def set_active(self, conn: Connection, node_id: str | None, ts: float, seq: int) -> None:
-        self.store.sessions.set_cursor(conn, self.namespace, self.session, node_id, ts)
+        self.store.sessions.set_cursor(conn, self.namespace, self.session, node_id, ts, focused=True)
         if self.config.write.checkpoint_on_focus:
             self.store.sessions.add_checkpoint(conn, self.namespace, self.session, node_id, seq, ts, "focus")
 

@@ -267,6 +267,34 @@ def test_a_corrupt_line_is_refused_with_its_number_and_nothing_is_written(open_m
     _assert_untouched(dst)
 
 
+def test_a_cursor_whose_focus_flag_is_not_a_boolean_is_refused(open_memory, tmp_path: Path):
+    src = open_memory(folder=tmp_path / "src")
+    t = src.add("Renew the staging certificates", type="task", parent=ROOT)
+    src.focus(t)
+    file = tmp_path / "snap.jsonl"
+    src.admin.export(file)
+    lines = file.read_text(encoding="utf-8").splitlines()
+    (k,) = [i for i, line in enumerate(lines, 1) if json.loads(line).get("kind") == "cursor"]
+    cursor = json.loads(lines[k - 1])
+    assert cursor["focused"] is True  # the session chose its node
+    bad = tmp_path / "bad.jsonl"
+    for n, value in enumerate(("yes", 1, None)):
+        lines[k - 1] = json.dumps(dict(cursor, focused=value))
+        bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        dst = open_memory(folder=tmp_path / f"dst{n}")
+        with pytest.raises(P.BadSnapshotError, match="focused must be true or false") as info:
+            dst.admin.import_(bad)
+        assert info.value.line == k
+        _assert_untouched(dst)
+    # A file written before the flag was kept: nothing was chosen.
+    lines[k - 1] = json.dumps({key: v for key, v in cursor.items() if key != "focused"})
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    old = open_memory(folder=tmp_path / "old")
+    old.admin.import_(bad)
+    with old.store.reading() as conn:
+        assert old.store.sessions.get_focus(conn, old.namespace, "main") == (t.id, False)
+
+
 def test_a_missing_parent_is_reported_at_the_childs_line(open_memory, tmp_path: Path):
     src = open_memory(folder=tmp_path / "src")
     t = src.add("Plan the offsite", type="task", parent=ROOT)

@@ -203,6 +203,14 @@ def _int(obj: Mapping[str, Any], key: str, minimum: int, *, optional: bool = Fal
     return v
 
 
+def _flag(obj: Mapping[str, Any], key: str) -> bool:
+    """An optional true/false field (false when missing)."""
+    v = obj.get(key, False)
+    if not isinstance(v, bool):
+        raise BadSnapshotError(f"{key} must be true or false, got {check.show(v)}")
+    return v
+
+
 def _unseal_line(obj: Mapping[str, Any], ring: Keyring | None, lineno: int) -> dict[str, Any]:
     sealed = obj.get("sealed")
     if ring is None or not isinstance(sealed, str) or set(obj) != {"sealed"}:
@@ -286,6 +294,8 @@ def _check_cursor(obj: Mapping[str, Any]) -> dict[str, Any]:
         "session": check.namespace(_get(obj, "session")),
         "active_id": _id(obj, "active_id", optional=True),
         "updated_at": _num(obj, "updated_at"),
+        # (files written before the flag was kept lack it: their cursors were not chosen)
+        "focused": _flag(obj, "focused"),
     }
 
 

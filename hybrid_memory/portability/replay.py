@@ -23,8 +23,8 @@ class State:
     """A namespace as the log says it is: node fields by id, and session cursors."""
 
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: session -> (active node id, updated_at)
-    cursors: dict[str, tuple[str | None, float]] = field(default_factory=dict)
+    #: session -> (active node id, updated_at, whether the session chose it)
+    cursors: dict[str, tuple[str | None, float, bool]] = field(default_factory=dict)
     #: The log position this is the state at.
     seq: int = 0
     #: Nodes known only from skeletons (erased later): their place, not their words.
@@ -51,7 +51,7 @@ def _stored_state(conn: Connection, namespace: str) -> State:
     for row in conn.execute(select(*cols).where(nodes.c.namespace == namespace)):
         state.nodes[row.id] = dict(row._mapping)
     for c in conn.execute(select(cursors).where(cursors.c.namespace == namespace)):
-        state.cursors[c.session] = (c.active_id, c.updated_at)
+        state.cursors[c.session] = (c.active_id, c.updated_at, bool(c.focused))
     state.seq = int(conn.execute(select(func.max(oplog.c.seq)).where(oplog.c.namespace == namespace)).scalar() or 0)
     return state
 
@@ -149,9 +149,9 @@ class _Replay:
 
     def _repoint(self, gone: Iterable[str], to: str | None, ts: float) -> None:
         gone = set(gone)
-        for session, (active, _) in list(self.s.cursors.items()):
+        for session, (active, _, _) in list(self.s.cursors.items()):
             if active is not None and active in gone:
-                self.s.cursors[session] = (to, ts)
+                self.s.cursors[session] = (to, ts, False)
 
     def _subtree(self, node_id: str) -> list[str]:
         out, i = [node_id], 0
@@ -181,10 +181,10 @@ class _Replay:
         if o.op == "add":
             self._touch(path_ids(node["path"])[:-1], "active_at", o.ts)
             if p.get("focus"):
-                self.s.cursors[o.session] = (node["id"], o.ts)
+                self.s.cursors[o.session] = (node["id"], o.ts, False)
 
     def op_import_cursor(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
-        self.s.cursors[p["session"]] = (p.get("active_id"), float(p["updated_at"]))
+        self.s.cursors[p["session"]] = (p.get("active_id"), float(p["updated_at"]), bool(p.get("focused", False)))
 
     def op_merge(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         n = self._node(o.node_id)
@@ -263,7 +263,7 @@ class _Replay:
 
     def op_focus(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         if o.node_id is not None:
-            self.s.cursors[o.session] = (o.node_id, o.ts)
+            self.s.cursors[o.session] = (o.node_id, o.ts, True)
 
     def op_checkpoint(self, o: Op, p: Mapping[str, Any], ghost: bool) -> None:
         return None  # checkpoints are history, not state
@@ -391,9 +391,9 @@ def _travel(state: State, dropped: Iterable[str], ts: float) -> None:
         if n is not None:
             parents[i] = n["parent_id"]
         state.ghosts.discard(i)
-    for session, (active, _) in list(state.cursors.items()):
+    for session, (active, _, _) in list(state.cursors.items()):
         if active is not None and active not in state.nodes:
             to = parents.get(active)
             while to is not None and to not in state.nodes:
                 to = parents.get(to)
-            state.cursors[session] = (to, ts)
+            state.cursors[session] = (to, ts, False)

@@ -181,7 +181,8 @@ def _write_state(
     conn.execute(sql_delete(cursors).where(cursors.c.namespace == ns))
     if state.cursors:
         conn.execute(insert(cursors), [
-            {"namespace": ns, "session": s, "active_id": a, "updated_at": t} for s, (a, t) in state.cursors.items()
+            {"namespace": ns, "session": s, "active_id": a, "updated_at": t, "focused": f}
+            for s, (a, t, f) in state.cursors.items()
         ])
     return TimeTravel(target, last, op_seq, tuple(writer.changed), tuple(writer.added), tuple(removed), tuple(erased))
 

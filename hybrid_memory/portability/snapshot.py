@@ -130,7 +130,7 @@ def _write_export(mem: Host, conn: Connection, fh: TextIO, include_log: bool) ->
             bar.update(1)
         for c in conn.execute(select(cursors).where(cursors.c.namespace == ns).order_by(cursors.c.session)):
             fh.write(line({"kind": "cursor", "session": c.session, "active_id": c.active_id,
-                             "updated_at": c.updated_at}))
+                             "updated_at": c.updated_at, "focused": bool(c.focused)}))
             counts["cursor"] += 1
         q = select(checkpoints).where(checkpoints.c.namespace == ns).order_by(checkpoints.c.id)
         for cp in conn.execute(q):
@@ -386,7 +386,8 @@ def _log_import(
                         "node_id": r["id"], "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)})
         seq += 1
     for c in cursor_rows:
-        payload = {"session": c["session"], "active_id": c["active_id"], "updated_at": c["updated_at"]}
+        payload = {"session": c["session"], "active_id": c["active_id"], "updated_at": c["updated_at"],
+                   "focused": c["focused"]}
         entries.append({"seq": seq, "namespace": mem.namespace, "session": mem.session, "ts": now,
                         "op": "import_cursor", "node_id": None,
                         "payload": json.dumps(payload, ensure_ascii=False, sort_keys=True)})

@@ -47,6 +47,8 @@ class Opened(NamedTuple):
     ratio: float
     #: Whether the question spreads over a small memory's branches.
     spread: bool
+    #: The top-level task of the located branch's family.
+    root: str
 
     @property
     def ids(self) -> set[str]:
@@ -69,7 +71,7 @@ def open_branches(r: RetrievalConfig, view: RowView | StoreView, located: list[t
     family = _family(r, view, located_root, branch_score, every_branch)
     for b in family:
         every_branch.setdefault(b, best)
-    return Opened(chosen, branch_score, every_branch, family, best, ratio, spread)
+    return Opened(chosen, branch_score, every_branch, family, best, ratio, spread, located_root)
 
 
 def _family(r: RetrievalConfig, view: RowView | StoreView, root: str, opened: Mapping[str, float],

@@ -1,7 +1,11 @@
 """Rank: score every memory in question and pick the k hits and the standing ones.
 
 Each memory scores ``lambda*similarity + (1-lambda)*weight(now)``, times what its
-branch pays for falling behind the located one (:func:`branch_factor`). The k best
+branch pays for falling behind the located one (:func:`branch_factor`). Where the
+query locates the family of the node the agent chose to work on, the weight part of
+each of that family's memories counts more the later it was written
+(:data:`NEWEST_GAIN`): what the agent wrote last on the work in hand is what it
+most likely asks about. The k best
 are the hits, each opened branch first reserving a few places when several are
 open; the high-weight state, preferences and decisions of the opened branches
 stand beside them, the query aside.
@@ -16,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..config import RetrievalConfig
 from ..forgetting import superseded_states
-from ..model import Node, NodeType
+from ..model import Node, NodeType, root_of
 from ..weights import blend
 from .expand import Expanded, Opened
 
@@ -37,6 +41,9 @@ QUOTA_SIMILARITY = 0.5
 STANDING_TYPES: frozenset[NodeType] = frozenset({NodeType.STATE, NodeType.PREFERENCE, NodeType.DECISION})
 #: The least weight of a standing node (see eval/CHANGES.md).
 STANDING_MIN_WEIGHT = 0.55
+#: In the focused family, the weight part of the memory written n-th from last
+#: counts ``1 + NEWEST_GAIN / (1 + n)`` (see eval/CHANGES.md).
+NEWEST_GAIN = 2.0
 
 
 @dataclass(slots=True)
@@ -49,6 +56,7 @@ class Scored:
     score: float = 0.0
     branch_score: float = 0.0
     branch_factor: float = 1.0
+    newest_factor: float = 1.0
 
 
 class _Ranked(Protocol):
@@ -85,11 +93,15 @@ class Picks(NamedTuple):
 
 
 def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], opened: Opened,
-         lexical: Mapping[str, float], dense_mix: float, weigh: Callable[[Node], float], k: int) -> Picks:
+         lexical: Mapping[str, float], dense_mix: float, weigh: Callable[[Node], float], k: int,
+         focused_root: str | None = None) -> Picks:
     """Score what ``grown`` holds (``lexical``: each candidate's share of the query's
     words, ``dense_mix``: the dense share of the similarity, ``weigh``: a node's
-    weight now) and pick the k hits and the standing memories of the opened branches."""
+    weight now, ``focused_root``: the top-level task of the node the session chose
+    to work on and still does) and pick the k hits and the standing memories of the
+    opened branches."""
     scored, peers = _score(r, grown, cand_rows, opened, lexical, dense_mix, weigh)
+    newest = _prefer_newest(r, scored, opened, focused_root)
     # Who may be one of the k: not a branch's own task node (it is the context
     # of every hit below it, rendered as their ancestor) unless it stands alone;
     # a node of an unopened branch only as a match nearly as strong as the best
@@ -116,7 +128,7 @@ def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], open
     picked = [(s, "hit") for s in reserved] + sorted(
         [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
     note = (f"hits {len(hits)} (reserved by branch quotas {len(reserved)}), standing {len(standing)}, "
-            f"pool {len(pool)}")
+            f"pool {len(pool)}; focused family's newest first: {newest}")
     return Picks(picked, scored, note)
 
 
@@ -145,6 +157,25 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
         scored[node.id] = Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
                                  bs, bf)
     return scored, peers
+
+
+def _prefer_newest(r: RetrievalConfig, scored: Mapping[str, Scored], opened: Opened, root: str | None) -> str:
+    """Rescore the focused family's memories, newest first, when the query located
+    that family (``root``: its top-level task); what was done, for the rank note.
+    Only the weight part grows: a memory that matches the query better still leads."""
+    if r.active_prior <= 0.0:
+        return "off"
+    if root is None:
+        return "no focused node"
+    if opened.root != root:
+        return "located elsewhere"
+    family = [s for s in scored.values() if s.node.type is not NodeType.TASK and root_of(s.node.path) == root]
+    family.sort(key=lambda s: (s.node.created_at, s.node.content), reverse=True)
+    lam = r.lambda_
+    for n, s in enumerate(family):
+        s.newest_factor = 1.0 + NEWEST_GAIN / (1 + n)
+        s.score = (lam * s.similarity + (1 - lam) * s.weight * s.newest_factor) * s.branch_factor
+    return f"applied to {len(family)}"
 
 
 def _pick(pool: Sequence[Scored], groups: Sequence[Sequence[Scored]], k: int,

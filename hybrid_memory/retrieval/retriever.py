@@ -67,6 +67,17 @@ class _Stage1(NamedTuple):
     qvec: np.ndarray[Any, Any]
     cands: Candidates
     located: Located
+    #: The session's cursor as this transaction reads it (read at most once).
+    cursor: Callable[[], _Cursor]
+
+
+class _Cursor(NamedTuple):
+    """The top-level tasks of the session's active node (None: no live active node)
+    and of the node it chose to work on and still does (None: it was moved there by
+    a write, or has no active node)."""
+
+    active_root: str | None
+    focused_root: str | None
 
 
 _T_ = TypeVar("_T_")
@@ -127,7 +138,7 @@ class Retriever:
         with self.store.reading() as conn:
             # The log's last position, read at most once in this read transaction.
             seq = functools.cache(lambda: self.store.log.last_seq(conn, self.namespace))
-            view, said, qvec, cands, located = self._located(conn, query, vector, seq)
+            view, said, qvec, cands, located, cursor = self._located(conn, query, vector, seq)
             words, dense_mix = said.words, said.dense_mix
             stages = [("query", said.note), ("candidates", cands.note), ("locate", located.note)]
             if not located.branches:
@@ -139,7 +150,8 @@ class Retriever:
             opened = open_branches(r, view, located.branches, cands.rows, branches, spread)
             grown = expand(view, words, cands, opened, qvec)
             stages.append(("expand", grown.note))
-            picks = rank(r, grown, cands.rows, opened, words.lexical, dense_mix, self._weigher(now), k)
+            picks = rank(r, grown, cands.rows, opened, words.lexical, dense_mix, self._weigher(now), k,
+                         focused_root=cursor().focused_root)
             stages.append(("rank", picks.note))
             # The passages of the long memories shown are read when they are picked.
             shown = Shown(size, lambda ids: passages.read(conn, view.rows(ids, live_only=True)), qvec, words.idf,
@@ -176,8 +188,10 @@ class Retriever:
         view = self._view(conn)
         said, qvec, fetched = self._channels(conn, view, query, vector, waiting, seq)
         cands = gather(view, said.words, said.found, fetched, qvec, self.config.retrieval.candidates)
-        active = None if self.session is None else functools.partial(self._active_root, conn, view)
-        return _Stage1(view, said, qvec, cands, locate(self.config.retrieval, said.words, cands, said.dense_mix, active))
+        cursor = functools.cache(functools.partial(self._cursor, conn, view))
+        active = None if self.session is None else (lambda: cursor().active_root)
+        located = locate(self.config.retrieval, said.words, cands, said.dense_mix, active)
+        return _Stage1(view, said, qvec, cands, located, cursor)
 
     def _channels(
         self, conn: Connection, view: RowView | StoreView, query: str,
@@ -220,12 +234,14 @@ class Retriever:
             futures_wait([channel])
         return channel.result(), qvec, fetched
 
-    def _active_root(self, conn: Connection, view: RowView | StoreView) -> str | None:
-        """The top-level task of this session's active node (None: no live active node)."""
-        assert self.session is not None
-        active = self.store.sessions.get_cursor(conn, self.namespace, self.session)
+    def _cursor(self, conn: Connection, view: RowView | StoreView) -> _Cursor:
+        """The session's cursor as ``conn`` reads it."""
+        if self.session is None:
+            return _Cursor(None, None)
+        active, focused = self.store.sessions.get_focus(conn, self.namespace, self.session)
         row = view.rows([active], live_only=True).get(active) if active is not None else None
-        return None if row is None else root_of(row.path)
+        root = None if row is None else root_of(row.path)
+        return _Cursor(root, root if focused else None)
 
     def _view(self, conn: Connection) -> RowView | StoreView:
         """The node rows as ``conn`` reads them: through the cache when there is one."""

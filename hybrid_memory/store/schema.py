@@ -28,8 +28,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     func,
     insert,
+    inspect,
     select,
     text,
 )
@@ -287,6 +289,9 @@ cursors = Table(
     Column("session", String(128), primary_key=True),
     Column("active_id", String(32)),
     Column("updated_at", Float, nullable=False),
+    # Whether the session chose the active node (``focus``), rather than being moved
+    # to it by writing a new task. (Added after the first release: see prepare.)
+    Column("focused", Boolean, nullable=False, server_default=false()),
 )
 
 checkpoints = Table(
@@ -443,6 +448,7 @@ def prepare(conn: Connection) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('hybrid_memory.schema'))"))
     metadata.create_all(conn)
+    _add_later_columns(conn)
     # create_all makes the indexes of new tables only.
     for index in nodes.indexes:
         if index.name in _LATER_INDEXES and (is_sqlite or index is not FORGET_INDEX):
@@ -460,3 +466,12 @@ def prepare(conn: Connection) -> None:
         conn.execute(insert(settings).values(key="schema_version", value=SCHEMA_VERSION))
     elif have != SCHEMA_VERSION:
         raise StorageError(f"store has schema version {have}, this library reads {SCHEMA_VERSION}")
+
+
+def _add_later_columns(conn: Connection) -> None:
+    """Add the columns a store made before they were kept lacks (each with a default,
+    so the rows it has read as they did)."""
+    have = {c["name"] for c in inspect(conn).get_columns(cursors.name)}
+    if "focused" not in have:
+        default = "0" if conn.dialect.name == "sqlite" else "FALSE"
+        conn.exec_driver_sql(f"ALTER TABLE {cursors.name} ADD COLUMN focused BOOLEAN NOT NULL DEFAULT {default}")

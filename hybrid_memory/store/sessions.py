@@ -19,6 +19,8 @@ class Statements:
 
     get_cursor = select(cursors.c.active_id).where(cursors.c.namespace == bindparam("ns"),
                                                    cursors.c.session == bindparam("session"))
+    get_focus = select(cursors.c.active_id, cursors.c.focused).where(cursors.c.namespace == bindparam("ns"),
+                                                                     cursors.c.session == bindparam("session"))
 
 
 class SessionRepository:
@@ -30,20 +32,26 @@ class SessionRepository:
     def get_cursor(self, conn: Connection, namespace: str, session: str) -> str | None:
         return conn.execute(Statements.get_cursor, {"ns": namespace, "session": session}).scalar()
 
-    def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float) -> None:
+    def get_focus(self, conn: Connection, namespace: str, session: str) -> tuple[str | None, bool]:
+        """The session's active node and whether the session chose it (``focus``)
+        rather than being moved to it by a write; (None, False) without a cursor."""
+        row = conn.execute(Statements.get_focus, {"ns": namespace, "session": session}).first()
+        return (None, False) if row is None else (row.active_id, bool(row.focused))
+
+    def set_cursor(self, conn: Connection, namespace: str, session: str, active_id: str | None, ts: float,
+                   *, focused: bool = False) -> None:
+        """Point the session's cursor at ``active_id`` (``focused``: the session chose it)."""
         where = (cursors.c.namespace == namespace) & (cursors.c.session == session)
+        values = {"active_id": active_id, "updated_at": ts, "focused": focused}
         if self._db.is_postgres:  # an upsert: two processes may share a session
             from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-            q = pg_insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts)
-            conn.execute(q.on_conflict_do_update(
-                index_elements=[cursors.c.namespace, cursors.c.session],
-                set_={"active_id": active_id, "updated_at": ts},
-            ))
+            q = pg_insert(cursors).values(namespace=namespace, session=session, **values)
+            conn.execute(q.on_conflict_do_update(index_elements=[cursors.c.namespace, cursors.c.session], set_=values))
         elif conn.execute(select(func.count()).where(where)).scalar_one():
-            conn.execute(update(cursors).where(where).values(active_id=active_id, updated_at=ts))
+            conn.execute(update(cursors).where(where).values(**values))
         else:
-            conn.execute(insert(cursors).values(namespace=namespace, session=session, active_id=active_id, updated_at=ts))
+            conn.execute(insert(cursors).values(namespace=namespace, session=session, **values))
 
     def repoint_cursors(self, conn: Connection, namespace: str, gone: Sequence[str], to: str | None, ts: float) -> None:
         """Cursors on nodes that are leaving the live tree move to ``to``."""
@@ -51,7 +59,7 @@ class SessionRepository:
             conn.execute(
                 update(cursors)
                 .where(cursors.c.namespace == namespace, cursors.c.active_id.in_(chunk))
-                .values(active_id=to, updated_at=ts)
+                .values(active_id=to, updated_at=ts, focused=False)
             )
 
     def add_checkpoint(self, conn: Connection, namespace: str, session: str, active_id: str | None, log_seq: int, ts: float, note: str | None) -> Checkpoint:
