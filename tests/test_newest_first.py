@@ -67,42 +67,47 @@ def hits(recall: Recall) -> list[str]:
     return [s.node.id for s in sorted((s for s in recall.nodes if s.reason == "hit"), key=lambda s: -s.score)]
 
 
-def assert_plain_order(mem: MemoryTree, recall: Recall) -> None:
-    lam = mem.config.retrieval.lambda_
-    for s in recall.nodes:
-        assert s.newest_factor == 1.0
-        if s.reason == "hit":
-            assert s.score == pytest.approx((lam * s.similarity + (1 - lam) * s.weight) * s.branch_factor, abs=1e-9)
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_in_the_focused_family_the_latest_note_leads(open_memory: Any, clock: Any, lang: str) -> None:
-    mem = open_memory(namespace=f"newest{lang}", **NO_FLUSH)
-    task, notes, _ = build(mem, clock, lang)
-    mem.focus(task)
-    recall = ask(mem, WORK[lang][4])
-    assert recall.branches[0].branch_id == task
-    assert "focused family's newest first: applied to" in rank_note(recall)
-    assert hits(recall)[0] == notes[-1]
-    factors = {s.node.id: s.newest_factor for s in recall.nodes}
-    # The newest memory of the family counts 1 + gain, the next 1 + gain/2, ...
-    assert factors[notes[-1]] == pytest.approx(1 + NEWEST_GAIN)
-    assert factors[notes[-2]] == pytest.approx(1 + NEWEST_GAIN / 2)
+def assert_scores(mem: MemoryTree, recall: Recall) -> None:
+    """Each hit's score is its parts: the weight part times the newest factor."""
     lam = mem.config.retrieval.lambda_
     for s in recall.nodes:
         if s.reason == "hit":
             own = (lam * s.similarity + (1 - lam) * s.weight * s.newest_factor) * s.branch_factor
             assert s.score == pytest.approx(own, abs=1e-9)
+
+
+def assert_plain_order(mem: MemoryTree, recall: Recall) -> None:
+    assert all(s.newest_factor == 1.0 for s in recall.nodes)
+    assert_scores(mem, recall)
+
+
+def focused_on_the_work(open_memory: Any, clock: Any, lang: str, question: int) -> tuple[MemoryTree, list[str], Recall]:
+    """A memory focused on the migration, asked WORK[lang][question]: the memory,
+    the migration's notes (oldest first) and the recall."""
+    mem = open_memory(namespace=f"q{question}{lang}", **NO_FLUSH)
+    task, notes, _ = build(mem, clock, lang)
+    mem.focus(task)
+    recall = ask(mem, WORK[lang][question])
+    assert recall.branches[0].branch_id == task
+    assert "focused family's newest first: applied to" in rank_note(recall)
+    assert_scores(mem, recall)
+    return mem, notes, recall
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_in_the_focused_family_the_latest_note_leads(open_memory: Any, clock: Any, lang: str) -> None:
+    _, notes, recall = focused_on_the_work(open_memory, clock, lang, 4)
+    assert hits(recall)[0] == notes[-1]
+    factors = {s.node.id: s.newest_factor for s in recall.nodes}
+    # The newest memory of the family counts 1 + gain, the next 1 + gain/2, ...
+    assert factors[notes[-1]] == pytest.approx(1 + NEWEST_GAIN)
+    assert factors[notes[-2]] == pytest.approx(1 + NEWEST_GAIN / 2)
     assert "newest" in recall.explain().splitlines()[len(recall.branches) + len(recall.stages) + 1]
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_note_that_matches_clearly_better_still_wins(open_memory: Any, clock: Any, lang: str) -> None:
-    mem = open_memory(namespace=f"better{lang}", **NO_FLUSH)
-    task, notes, _ = build(mem, clock, lang)
-    mem.focus(task)
-    recall = ask(mem, WORK[lang][5])
-    assert "applied to" in rank_note(recall)
+    _, notes, recall = focused_on_the_work(open_memory, clock, lang, 5)
     assert hits(recall)[0] == notes[0]
 
 

@@ -280,7 +280,7 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
                 assert s.branch_factor == pytest.approx(factor, abs=1e-9)
             else:  # pays its branch's shortfall in full, or nothing as a lexical peer
                 assert any(s.branch_factor == pytest.approx(f, abs=1e-9) for f in (factor, 1.0))
-            own = (cfg.lambda_ * s.similarity + (1 - cfg.lambda_) * s.weight) * s.branch_factor
+            own = (cfg.lambda_ * s.similarity + (1 - cfg.lambda_) * s.weight * s.newest_factor) * s.branch_factor
             assert s.score == pytest.approx(own, abs=1e-6)
             assert s.similarity == pytest.approx(
                 dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical, abs=1e-6
@@ -683,7 +683,7 @@ def test_scores_use_lambda_from_the_config(open_memory, clock):
         for s in hits:
             bw = mem.config.retrieval.branch_weight if s.node.branch_id in opened else 1.0
             factor = branch_factor(s.branch_score, recall.branches[0].score, bw)
-            assert s.score == pytest.approx((0.4 * s.similarity + 0.6 * s.weight) * factor, abs=1e-6)
+            assert s.score == pytest.approx((0.4 * s.similarity + 0.6 * s.weight * s.newest_factor) * factor, abs=1e-6)
 
 
 def test_a_hit_that_is_also_another_hits_ancestor_is_reported_and_reinforced_as_a_hit(open_memory, clock):
