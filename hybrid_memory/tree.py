@@ -275,6 +275,7 @@ class MemoryTree:
             return []
         prepared, placements, contents = self._placer.resolve(prepared)  # parent=AUTO
         paths = self._writer.paths(prepared)
+        self._writer.check_depths(paths)  # before the embedding, which a refused batch would waste
         texts, combine = context.plan([(p.content, path) for p, path in zip(prepared, paths, strict=True)],
                                       self._paths, contents)
         vectors = self._worker.vectors(texts, combine, len(prepared))

@@ -372,12 +372,22 @@ class Writer:
             return min(self.config.write.max_depth, (2680 - len(self.namespace.encode("utf-8"))) // 17 - 1)
         return self.config.write.max_depth
 
+    def check_depths(self, paths: Sequence[context.Path]) -> None:
+        """Refuse a batch whose items :meth:`paths` places deeper than ``write.max_depth``,
+        before anything is embedded (the write checks again against what it finds)."""
+        deepest = max((len(path) for path in paths), default=0)
+        if deepest > self.max_depth:
+            raise self._too_deep(deepest)
+
+    def _too_deep(self, depth: int) -> InvalidInputError:
+        return InvalidInputError(f"the new node would be at depth {depth}; the limit is {self.max_depth} (write.max_depth)")
+
     def _check_limits(self, conn: Connection, fanout: dict[str | None, int], parent_id: str | None, depth: int) -> None:
         """``write.max_depth`` and ``write.max_children``: a write past either raises
         (its transaction, the whole batch, rolls back)."""
         cfg = self.config.write
         if depth > self.max_depth:
-            raise InvalidInputError(f"the new node would be at depth {depth}; the limit is {self.max_depth} (write.max_depth)")
+            raise self._too_deep(depth)
         if parent_id not in fanout:
             fanout[parent_id] = self.store.tree.child_count(conn, self.namespace, parent_id, cfg.max_children)
         fanout[parent_id] += 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sqlalchemy import update
 
-from hybrid_memory import ROOT, MemoryTree, context
+from hybrid_memory import ROOT, Config, InvalidInputError, MemoryTree, context
 from hybrid_memory.store.schema import from_blob, nodes, to_blob
 from hybrid_memory.writing import Writer
 
@@ -83,6 +83,23 @@ class Counting:
 
     def coverage(self, text: str) -> float:
         return float(self.inner.coverage(text))
+
+
+def test_a_batch_too_deep_is_refused_before_anything_is_embedded(embedder, tmp_path, case):
+    counting = Counting(embedder)
+    config = Config.load(overrides={"write": {"max_depth": 3}})
+    with MemoryTree.open(tmp_path / "m", embedder=counting, config=config) as mem:
+        top = mem.add(case["trip"], type="task", parent=ROOT)
+        counting.texts.clear()
+
+        def chain(n: int) -> list[dict[str, Any]]:  # depths 1..n under the task
+            return [{"key": f"k{i}", "content": f"{case['detail']} {i}", "type": "event",
+                     "parent": top if i == 1 else f"k{i - 1}"} for i in range(1, n + 1)]
+
+        with pytest.raises(InvalidInputError, match="depth 4; the limit is 3"):
+            mem.add_many(chain(4))
+        assert counting.texts == [] and [n.id for n in mem.nodes()] == [top.id]
+        assert [n.depth for n in mem.add_many(chain(3))] == [1, 2, 3]  # exactly up to the limit
 
 
 def test_memories_under_one_task_embed_its_path_once(embedder, tmp_path, case):
