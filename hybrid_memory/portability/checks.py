@@ -203,9 +203,9 @@ def _int(obj: Mapping[str, Any], key: str, minimum: int, *, optional: bool = Fal
     return v
 
 
-def _flag(obj: Mapping[str, Any], key: str) -> bool:
-    """An optional true/false field (false when missing)."""
-    v = obj.get(key, False)
+def _flag(obj: Mapping[str, Any], key: str, *, optional: bool = False) -> bool:
+    """A true/false field; an optional one reads as false when missing."""
+    v = obj.get(key, False) if optional else _get(obj, key)
     if not isinstance(v, bool):
         raise BadSnapshotError(f"{key} must be true or false, got {check.show(v)}")
     return v
@@ -242,9 +242,6 @@ def _check_node(
     meta = _get(obj, "meta")
     if not isinstance(meta, dict):
         raise BadSnapshotError(f"meta must be a JSON object, got {check.show(meta)}")
-    pinned = _get(obj, "pinned")
-    if not isinstance(pinned, bool):
-        raise BadSnapshotError(f"pinned must be true or false, got {check.show(pinned)}")
     node = {
         "id": node_id,
         "parent_id": _id(obj, "parent_id", optional=True),
@@ -254,7 +251,7 @@ def _check_node(
         "importance": check_unit(_get(obj, "importance"), "importance"),
         "confidence": check_unit(_get(obj, "confidence"), "confidence"),
         "access_count": _int(obj, "access_count", 0),
-        "pinned": pinned,
+        "pinned": _flag(obj, "pinned"),
         "status": status,
         "version": _int(obj, "version", 1),
         "depth": _int(obj, "depth", 0),
@@ -295,7 +292,7 @@ def _check_cursor(obj: Mapping[str, Any]) -> dict[str, Any]:
         "active_id": _id(obj, "active_id", optional=True),
         "updated_at": _num(obj, "updated_at"),
         # (files written before the flag was kept lack it: their cursors were not chosen)
-        "focused": _flag(obj, "focused"),
+        "focused": _flag(obj, "focused", optional=True),
     }
 
 
