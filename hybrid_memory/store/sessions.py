@@ -17,8 +17,6 @@ class Statements:
     """The prebuilt statements of this repository's hot paths (as
     :class:`hybrid_memory.store.nodes.Statements`)."""
 
-    get_cursor = select(cursors.c.active_id).where(cursors.c.namespace == bindparam("ns"),
-                                                   cursors.c.session == bindparam("session"))
     get_focus = select(cursors.c.active_id, cursors.c.focused).where(cursors.c.namespace == bindparam("ns"),
                                                                      cursors.c.session == bindparam("session"))
 
@@ -30,7 +28,8 @@ class SessionRepository:
         self._db = db
 
     def get_cursor(self, conn: Connection, namespace: str, session: str) -> str | None:
-        return conn.execute(Statements.get_cursor, {"ns": namespace, "session": session}).scalar()
+        """The session's active node (None without a cursor)."""
+        return self.get_focus(conn, namespace, session)[0]
 
     def get_focus(self, conn: Connection, namespace: str, session: str) -> tuple[str | None, bool]:
         """The session's active node and whether the session chose it (``focus``)
