@@ -154,9 +154,13 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
         bw = opened_weight if b in branch_score else \
             0.0 if node.id in peers or b in opened.family else OUTSIDE_WEIGHT
         bf = branch_factor(bs, opened.best, bw)
-        scored[node.id] = Scored(node, similarity, dense, lex, w, (lam * similarity + (1 - lam) * w) * bf,
-                                 bs, bf)
+        scored[node.id] = Scored(node, similarity, dense, lex, w, combine(lam, similarity, w, bf), bs, bf)
     return scored, peers
+
+
+def combine(lam: float, similarity: float, weight: float, branch_factor: float) -> float:
+    """A memory's score: similarity and weight mixed by ``lam``, times its branch factor."""
+    return (lam * similarity + (1 - lam) * weight) * branch_factor
 
 
 def _prefer_newest(r: RetrievalConfig, scored: Mapping[str, Scored], opened: Opened, root: str | None) -> str:
@@ -174,7 +178,7 @@ def _prefer_newest(r: RetrievalConfig, scored: Mapping[str, Scored], opened: Ope
     lam = r.lambda_
     for n, s in enumerate(family):
         s.newest_factor = 1.0 + NEWEST_GAIN / (1 + n)
-        s.score = (lam * s.similarity + (1 - lam) * s.weight * s.newest_factor) * s.branch_factor
+        s.score = combine(lam, s.similarity, s.weight * s.newest_factor, s.branch_factor)
     return f"applied to {len(family)}"
 
 
