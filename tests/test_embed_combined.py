@@ -19,6 +19,8 @@ from hybrid_memory.embed.combined import CombinedEmbedder  # noqa: E402
 
 PAIR = "bundled+use-multilingual"
 TRIPLE = "bundled+use-multilingual+e5-small"
+#: multilingual-e5-small standing in for all-MiniLM-L6-v2 where it cannot read the text.
+STAND_IN = "bundled|e5-small+use-multilingual"
 TEXTS = ["报销单被财务退回了，发票看不清", "The deploy failed because the database migration timed out.",
          "用户偏好：回答尽量简短，先给结论。", "Batch 7 of the import finished with 3 warnings."]
 
@@ -30,12 +32,14 @@ def pair() -> CombinedEmbedder:
     return embedder
 
 
-@pytest.mark.parametrize("model", [PAIR, TRIPLE])
+@pytest.mark.parametrize("model", [PAIR, TRIPLE, STAND_IN])
 def test_the_vector_is_the_models_side_by_side(model: str) -> None:
     combined = make_embedder(Config.load(overrides={"embedding": {"model": model}}).embedding)
     assert isinstance(combined, CombinedEmbedder)
     parts = combined.parts
-    assert combined.name == "+".join(p.name for p in parts)
+    joined = "|".join(p.name for p in parts[:2]) + "+" + parts[2].name if model == STAND_IN \
+        else "+".join(p.name for p in parts)
+    assert combined.name == joined
     assert combined.dim == sum(p.dim for p in parts) == (384 + 512 if model == PAIR else 384 + 512 + 384)
     vectors = combined.embed(TEXTS)
     assert vectors.shape == (4, combined.dim) and vectors.dtype == np.float32
@@ -58,14 +62,15 @@ def test_a_model_that_cannot_read_a_text_has_little_say_in_it(pair: CombinedEmbe
     assert pair.coverage(TEXTS[0]) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("model", ["bundled+", "+bundled", "bundled++use-multilingual"])
+@pytest.mark.parametrize("model", ["bundled+", "+bundled", "bundled++use-multilingual", "bundled|",
+                                   "|e5-small", "bundled|e5-small|use-multilingual", "bundled||e5-small"])
 def test_a_malformed_combination_is_refused(model: str) -> None:
     with pytest.raises(ConfigError, match="combines models"):
         make_embedder(Config.load(overrides={"embedding": {"model": model}}).embedding)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("model", [PAIR, TRIPLE])
+@pytest.mark.parametrize("model", [PAIR, TRIPLE, STAND_IN])
 def test_a_memory_with_a_combination_retrieves_end_to_end(tmp_path: Path, lang: str, model: str) -> None:
     memories: dict[str, Any] = {
         "en": ("Reimbursement", ["Finance sent the expense report back: the invoice is unreadable",
@@ -79,6 +84,53 @@ def test_a_memory_with_a_combination_retrieves_end_to_end(tmp_path: Path, lang: 
         ids = [mem.add(c, type="fact", parent=task).id for c in contents]
         recall = mem.retrieve(question, k=1, reinforce=False)
         assert [s.node.id for s in recall.nodes if s.reason == "hit"] == ids[:1]
+
+
+class Counting:
+    """A real embedder that counts the texts it is asked to embed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.asked = inner, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed(self, texts: Any) -> Any:
+        self.asked += list(texts)
+        return self.inner.embed(texts)
+
+
+def test_a_stand_in_reads_only_what_its_model_cannot(pair: CombinedEmbedder) -> None:
+    """multilingual-e5-small standing in for all-MiniLM-L6-v2: English text is the
+    pair's vector (e5 not asked), Chinese text leans on e5 as much as on the USE model."""
+    made = make_embedder(Config.load(overrides={"embedding": {"model": STAND_IN}}).embedding)
+    assert isinstance(made, CombinedEmbedder) and made.stands_in == {1: 0}
+    minilm, e5, use = made.parts
+    counting = Counting(e5)
+    stand_in = made.with_parts(minilm, counting, use)  # type: ignore[arg-type]
+    english, chinese = "The deploy failed because the database migration timed out.", TEXTS[0]
+    assert minilm.coverage(english) == 1.0 and minilm.coverage(chinese) < 0.2
+    en_minilm, en_e5, en_use = stand_in.shares(english)
+    assert en_e5 == 0.0 and en_minilm == pytest.approx(en_use)
+    zh_minilm, zh_e5, zh_use = stand_in.shares(chinese)
+    assert zh_minilm < 0.2 and zh_e5 == pytest.approx(zh_use * (1 - minilm.coverage(chinese)))
+    vectors = stand_in.embed([english, chinese])
+    assert counting.asked == [chinese]
+    # English: the pair's vector, the stand-in's block empty.
+    alone = pair.embed([english])[0]
+    assert np.allclose(vectors[0, :384], alone[:384], atol=1e-6)
+    assert np.allclose(vectors[0, 384:768], 0.0)
+    assert np.allclose(vectors[0, 768:], alone[384:], atol=1e-6)
+    # Chinese: e5's own vector, weighed by its share.
+    own = e5.embed([chinese])[0]
+    assert np.allclose(vectors[1, 384:768], own * zh_e5, atol=1e-6)
+
+
+def test_a_stand_in_needs_a_model_that_is_not_one_itself(pair: CombinedEmbedder) -> None:
+    minilm, use = pair.parts
+    for bad in ({1: 1}, {2: 0}, {1: 0, 0: 1}):
+        with pytest.raises(ValueError, match="stand-in"):
+            CombinedEmbedder(minilm, use, stands_in=bad)
 
 
 def test_the_default_pairs_two_and_an_older_memory_keeps_its_model(tmp_path: Path, embedder: Any) -> None:

@@ -7,12 +7,17 @@ scaled to unit length. The cosine of two such vectors is then a weighted mean of
 the models' cosines, and a model that maps a text to unknown tokens (an English
 model reading Chinese) has little say in it, without anything naming a language:
 the weights come from the models' own vocabularies.
+
+``"a|b"`` makes ``b`` a stand-in for ``a``: ``b`` weighs what ``a`` leaves unread
+(``1 - a's coverage``, times ``b``'s own), so it is asked only about the texts ``a``
+cannot read whole. ``"bundled|e5-small+use-multilingual"`` embeds English text
+with the pair alone, and Chinese with the multilingual USE and multilingual-e5-small.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,19 +25,33 @@ from .base import Embedder, Vectors
 
 #: What joins the model names in ``embedding.model``.
 SEPARATOR = "+"
+#: What joins a model and its stand-in in ``embedding.model``.
+STAND_IN = "|"
 
 
 class CombinedEmbedder:
-    """Concatenates the ``parts``' vectors, each part weighed by its coverage."""
+    """Concatenates the ``parts``' vectors, each part weighed by its coverage;
+    ``stands_in`` maps a part's index to the index of the part it stands in for."""
 
-    def __init__(self, *parts: Embedder) -> None:
+    def __init__(self, *parts: Embedder, stands_in: Mapping[int, int] | None = None) -> None:
         if len(parts) < 2:
             raise ValueError("a combination needs two models or more")
         self.parts = parts
+        self.stands_in = dict(stands_in or {})
+        if any(not (0 <= i < len(parts) and 0 <= j < len(parts)) or j in self.stands_in or i == j
+               for i, j in self.stands_in.items()):
+            raise ValueError(f"a stand-in names another part that is not one itself, got {self.stands_in}")
+
+    def with_parts(self, *parts: Embedder) -> CombinedEmbedder:
+        """The same combination of other parts (each in the place of the one it wraps)."""
+        return CombinedEmbedder(*parts, stands_in=self.stands_in)
 
     @property
     def name(self) -> str:
-        return SEPARATOR.join(p.name for p in self.parts)
+        out = self.parts[0].name
+        for i, p in enumerate(self.parts[1:], 1):
+            out += (STAND_IN if self.stands_in.get(i) == i - 1 else SEPARATOR) + p.name
+        return out
 
     @property
     def dim(self) -> int:
@@ -43,8 +62,10 @@ class CombinedEmbedder:
         return all(bool(getattr(p, "releases_gil", True)) for p in self.parts)
 
     def shares(self, text: str) -> tuple[float, ...]:
-        """The parts' weights for ``text``: each model's coverage, as a unit vector."""
+        """The parts' weights for ``text``: each model's coverage (a stand-in's, times
+        what the model it stands in for leaves unread), as a unit vector."""
         c = [p.coverage(text) for p in self.parts]
+        c = [x * (1.0 - c[self.stands_in[i]]) if i in self.stands_in else x for i, x in enumerate(c)]
         norm = math.sqrt(math.fsum(x * x for x in c))
         return tuple(x / norm for x in c) if norm > 0 else tuple(math.sqrt(1 / len(c)) for _ in c)
 
@@ -52,7 +73,15 @@ class CombinedEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         shares = np.array([self.shares(t) for t in texts], dtype=np.float32)
-        out = np.hstack([p.embed(texts) * shares[:, j : j + 1] for j, p in enumerate(self.parts)])
+        blocks = []
+        for j, p in enumerate(self.parts):
+            # A part weighed 0 for a text adds nothing to it: it is not asked.
+            asked = np.flatnonzero(shares[:, j])
+            block = np.zeros((len(texts), p.dim), dtype=np.float32)
+            if len(asked):
+                block[asked] = p.embed([texts[int(i)] for i in asked]) * shares[asked, j : j + 1]
+            blocks.append(block)
+        out = np.hstack(blocks)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.float32(1e-12))
         return out.astype(np.float32, copy=False)
 
@@ -61,4 +90,4 @@ class CombinedEmbedder:
         return max(p.coverage(text) for p in self.parts)
 
 
-__all__ = ["SEPARATOR", "CombinedEmbedder"]
+__all__ = ["SEPARATOR", "STAND_IN", "CombinedEmbedder"]

@@ -214,7 +214,7 @@ class Options:
 
 
 def _cache_file(folder: Path, model: str) -> Path:
-    return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") + ".npz")
+    return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model.replace("|", "-or-")).strip("_") + ".npz")
 
 
 def _cached(made: Any, folder: Path | None) -> tuple[CachedEmbedder, list[tuple[CachedEmbedder, Path]]]:
@@ -227,7 +227,7 @@ def _cached(made: Any, folder: Path | None) -> tuple[CachedEmbedder, list[tuple[
     if isinstance(made, CombinedEmbedder):
         parts = [CachedEmbedder(p) for p in made.parts]
         caches = [(c, _cache_file(folder, c.name)) for c in parts]
-        made = CombinedEmbedder(*parts)
+        made = made.with_parts(*parts)
     vectors = CachedEmbedder(made)
     caches.append((vectors, _cache_file(folder, vectors.name)))
     for c, f in caches:
