@@ -110,7 +110,7 @@ def _section(name: str, cls: Any, sections: Mapping[str, _Section], known: set[s
             raise ValueError(f"configs/default.toml: {name}.{key} is missing or has no comment")
         value, meaning = section.keys[key]
         shown = "(as above)" if meaning == previous else meaning
-        out.append(f"| `{key}` | {_type_name(hints[f.name])} | `{value}` | {shown} |")
+        out.append(f"| `{key}` | {_type_name(hints[f.name])} | `{_cell(value)}` | {_cell(shown)} |")
         previous = meaning
     for key in nested:
         sub = sections.get(f"{name}.{key}")
@@ -118,8 +118,13 @@ def _section(name: str, cls: Any, sections: Mapping[str, _Section], known: set[s
             raise ValueError(f"configs/default.toml: [{name}.{key}] is missing or has no comment")
         known.add(f"{name}.{key}")
         out += ["", f"### [{name}.{key}]", "", sub.about, "", "| key | default |", "|---|---|"]
-        out += [f"| `{k}` | `{v}` |" for k, (v, _) in sub.keys.items()]
+        out += [f"| `{k}` | `{_cell(v)}` |" for k, (v, _) in sub.keys.items()]
     return out
+
+
+def _cell(text: str) -> str:
+    """``text`` as a table cell: a bar would end the cell, so it is escaped."""
+    return text.replace("|", "\\|")
 
 
 if __name__ == "__main__":

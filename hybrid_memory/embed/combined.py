@@ -1,5 +1,5 @@
-"""Several embedders as one: ``embedding.model = "a+b+..."``, the default
-``"bundled+use-multilingual"``.
+"""Several embedders as one: ``embedding.model = "a+b+..."``, and a stand-in
+``"a|b"``; the default is ``"bundled|e5-small+use-multilingual"``.
 
 Each text's vector is the models' unit vectors side by side, each weighed by how
 much of the text that model's vocabulary knows (its ``coverage``), the whole

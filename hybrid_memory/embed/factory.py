@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ..config import EmbeddingConfig
 from ..errors import ConfigError
-from .base import Embedder
+from .base import DEFAULT_MODEL, Embedder, default_model
 from .combined import SEPARATOR, STAND_IN, CombinedEmbedder
 from .e5 import E5_SMALL, E5Embedder
 from .onnx_model import OnnxEmbedder
@@ -18,6 +18,9 @@ from .use import USE_MULTILINGUAL, UniversalSentenceEncoderEmbedder
 def make_embedder(settings: EmbeddingConfig) -> Embedder:
     """The embedder the ``[embedding]`` settings name; nothing is loaded until first use.
 
+    The default (:data:`DEFAULT_MODEL`) is made as :func:`default_model` says: without
+    multilingual-e5-small where its package is not installed.
+
     ``model = "use-multilingual"`` is the multilingual Universal Sentence Encoder;
     ``"e5-small"`` is multilingual-e5-small (:mod:`.e5`);
     ``"a+b"`` combines two or more of these, ``"a|b"`` makes ``b`` a stand-in for
@@ -27,6 +30,8 @@ def make_embedder(settings: EmbeddingConfig) -> Embedder:
     onnxruntime (:mod:`.onnx_model`), ``"auto"`` by onnxruntime when it
     is installed and can reproduce the model on the CPU, else by sentence-transformers.
     """
+    if settings.model == DEFAULT_MODEL:
+        settings = replace(settings, model=default_model())
     if SEPARATOR in settings.model or STAND_IN in settings.model:
         groups = [g.split(STAND_IN) for g in settings.model.split(SEPARATOR)]
         if not all(all(g) and len(g) <= 2 for g in groups):
