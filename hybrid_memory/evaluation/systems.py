@@ -128,6 +128,8 @@ class CachedEmbedder:
                     on_disk = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
         stored = {**on_disk, **self._stored, **{_digest(t): v for t, v in self._vectors.items()}}
         keys = list(stored)
+        if not keys:
+            return  # nothing embedded yet (a stand-in no text needed): no file
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # one per process: runs may overlap
         np.savez(tmp, keys=np.array(keys, dtype="U64"), vectors=np.stack([stored[k] for k in keys]))
         tmp.replace(path)
