@@ -132,6 +132,10 @@ def test_a_stand_in_needs_a_model_that_is_not_one_itself(pair: CombinedEmbedder)
     for bad in ({1: 1}, {2: 0}, {1: 0, 0: 1}):
         with pytest.raises(ValueError, match="stand-in"):
             CombinedEmbedder(minilm, use, stands_in=bad)
+    # Its name could not say it: the stand-in must come right after its part.
+    with pytest.raises(ValueError, match="stand-in"):
+        CombinedEmbedder(minilm, use, minilm, stands_in={2: 0})
+    assert CombinedEmbedder(minilm, use, minilm, stands_in={2: 1}).name == f"{minilm.name}+{use.name}|{minilm.name}"
 
 
 def test_the_default_lets_e5_stand_in_and_an_older_memory_keeps_its_model(tmp_path: Path, embedder: Any) -> None:

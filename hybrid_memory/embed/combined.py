@@ -31,16 +31,18 @@ STAND_IN = "|"
 
 class CombinedEmbedder:
     """Concatenates the ``parts``' vectors, each part weighed by its coverage;
-    ``stands_in`` maps a part's index to the index of the part it stands in for."""
+    ``stands_in`` maps a part's index to the index of the part it stands in for,
+    which comes right before it (as ``"a|b"`` writes it)."""
 
     def __init__(self, *parts: Embedder, stands_in: Mapping[int, int] | None = None) -> None:
         if len(parts) < 2:
             raise ValueError("a combination needs two models or more")
         self.parts = parts
         self.stands_in = dict(stands_in or {})
-        if any(not (0 <= i < len(parts) and 0 <= j < len(parts)) or j in self.stands_in or i == j
-               for i, j in self.stands_in.items()):
-            raise ValueError(f"a stand-in names another part that is not one itself, got {self.stands_in}")
+        # Only what the name can write: each stand-in right after a part that is not one.
+        if any(not 1 <= i < len(parts) or j != i - 1 or j in self.stands_in for i, j in self.stands_in.items()):
+            raise ValueError(f"a stand-in follows the part it stands in for, which is not one itself, "
+                             f"got {self.stands_in}")
 
     def with_parts(self, *parts: Embedder) -> CombinedEmbedder:
         """The same combination of other parts (each in the place of the one it wraps)."""
