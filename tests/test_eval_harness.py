@@ -22,7 +22,7 @@ from eval.generate import generate
 from hybrid_memory.cli import main as cli_main
 from hybrid_memory.config import Config
 from hybrid_memory.evaluation import harness
-from hybrid_memory.evaluation.systems import CachedEmbedder
+from hybrid_memory.evaluation.systems import CachedEmbedder, HybridSystem, RecoveryError
 from hybrid_memory.evaluation.trace import TraceError, write_trace
 
 CONTRACT_KEYS = ("recall_all@10", "recall_any@10", "ndcg@10", "branch_acc@1", "tokens_mean",
@@ -286,3 +286,28 @@ def test_the_ingest_command_gives_a_locomo_conversation_the_loaders_figures(tmp_
     assert result["ingested"]["memories_differing"] == 0 and result["ingested"]["questions"] > 50
     for figure in ("recall_all@10", "tokens_mean"):
         assert result["ingested"][figure] == pytest.approx(result["harness"][figure])
+
+
+def test_a_recovery_that_fails_in_its_own_process_says_why(tmp_path: Path, embedder: Any) -> None:
+    """A restart recovers in a fresh process; when that process fails, the error
+    carries what it wrote to stderr (here: a configuration file that is not there),
+    not only its exit status."""
+    missing = tmp_path / "missing.toml"
+    system = HybridSystem("hybrid", tmp_path / "h", CachedEmbedder(embedder), lambda: 1.0e9,
+                          recover_args=["--config", str(missing)])
+    system.start("default")
+    try:
+        system.add([{"_key": "t", "content": "Move the deploy to Thursday", "type": "task", "parent": None}])
+        with pytest.raises(RecoveryError, match=r"recover exited 6 .*configuration file not found: .*missing\.toml"):
+            system.restart()
+    finally:
+        system.close()
+    # Without the bad option the same memory recovers in its own process.
+    ok = HybridSystem("hybrid", tmp_path / "h", CachedEmbedder(embedder), lambda: 1.0e9)
+    ok.start("other")
+    try:
+        ok.add([{"_key": "t", "content": "把部署改到周四", "type": "task", "parent": None}])
+        ok.restart()
+        assert ok.mem is not None
+    finally:
+        ok.close()

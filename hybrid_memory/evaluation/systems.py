@@ -49,6 +49,11 @@ from ..weights import weight as node_weight
 Event = Mapping[str, Any]
 
 
+class RecoveryError(RuntimeError):
+    """A system's recovery, run in a process of its own, failed; the message holds
+    what that process wrote to stderr."""
+
+
 @dataclass
 class Answer:
     """One system's answer to one question (ids are the system's own)."""
@@ -295,8 +300,11 @@ class HybridSystem:
             out = subprocess.run(
                 [sys.executable, "-m", "hybrid_memory", "--path", str(self.folder), "--namespace", self.namespace,
                  *self.recover_args, "--json", "recover"],
-                capture_output=True, text=True, env=env, timeout=300, check=True,
+                capture_output=True, text=True, env=env, timeout=300, check=False,
             )
+            if out.returncode != 0:
+                raise RecoveryError(f"hybrid-memory recover exited {out.returncode} on {self.folder}: "
+                                    f"{out.stderr.strip()[-2000:] or '(nothing on stderr)'}")
             state = json.loads(out.stdout)
             active = (state.get("active") or {}).get("id")
         self.mem = self._open()
