@@ -22,6 +22,7 @@ from eval.generate import generate
 from hybrid_memory.cli import main as cli_main
 from hybrid_memory.config import Config
 from hybrid_memory.evaluation import harness
+from hybrid_memory.evaluation.report import markdown
 from hybrid_memory.evaluation.systems import CachedEmbedder, HybridSystem, RecoveryError
 from hybrid_memory.evaluation.trace import TraceError, write_trace
 
@@ -174,6 +175,14 @@ def test_locomo_slice(tmp_path: Path, embedder: Any) -> None:
     systems = results["systems"]
     assert results["queries"] > 50
     assert set(results["systems"]["hybrid"]["by_category"]) >= {"1-multi-hop", "2-temporal", "4-single-hop"}
+    # By how many gold memories a question has: each group's figure is the mean of its questions'.
+    by_gold = results["systems"]["hybrid"]["by_gold"]
+    assert list(by_gold)[:2] == ["1", "2"] and sum(g["n"] for g in by_gold.values()) == results["queries"]
+    for group, figures in by_gold.items():
+        own = [q["systems"]["hybrid"]["recall_all"] for q in results["per_question"]
+               if harness.gold_group(len(q["gold"])) == group]
+        assert figures["n"] == len(own) and figures["recall_all@10"] == pytest.approx(sum(own) / len(own))
+    assert "## recall_all@10 by how many gold memories a question has" in markdown(results)
     # Not a target, a sanity floor: meaning-based retrieval finds real evidence.
     assert systems["hybrid"]["recall_any@10"] > systems["recent"]["recall_any@10"]
     assert systems["hybrid"]["recall_all@10"] >= systems["flat_vector"]["recall_all@10"]
@@ -311,3 +320,7 @@ def test_a_recovery_that_fails_in_its_own_process_says_why(tmp_path: Path, embed
         assert ok.mem is not None
     finally:
         ok.close()
+
+
+def test_questions_are_grouped_by_how_many_gold_memories_they_have() -> None:
+    assert [harness.gold_group(n) for n in (1, 2, 3, 4, 5, 20)] == ["1", "2", "3", "4+", "4+", "4+"]

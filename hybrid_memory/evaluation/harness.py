@@ -361,6 +361,16 @@ def _score(q: Query, r: Reply, k: int) -> dict[str, float]:
     }
 
 
+#: How questions are grouped by their number of gold memories (``by_gold``): recall_all
+#: asks for all of them, so a question with several is harder than one with one.
+GOLD_GROUPS = ("1", "2", "3", "4+")
+
+
+def gold_group(n: int) -> str:
+    """The ``by_gold`` group of a question with ``n`` gold memories."""
+    return GOLD_GROUPS[min(max(n, 1), len(GOLD_GROUPS)) - 1]
+
+
 def _summary(queries: Sequence[Query], replies: Sequence[Reply], k: int) -> dict[str, Any]:
     scores = [_score(q, r, k) for q, r in zip(queries, replies, strict=True)]
     branch = [bool(r.branch & q.task) for q, r in zip(queries, replies, strict=True) if r.branch is not None and q.task]
@@ -440,6 +450,12 @@ def _figures(prepared: Prepared, run: Run, k: int) -> dict[str, Any]:
         cats.setdefault(q.category, []).append(idx)
     s["by_category"] = {
         c: _summary([qs[i] for i in idx], [replies[i] for i in idx], k) for c, idx in sorted(cats.items())
+    }
+    sizes: dict[str, list[int]] = {}
+    for idx, q in enumerate(qs):
+        sizes.setdefault(gold_group(len(q.gold)), []).append(idx)
+    s["by_gold"] = {
+        g: _summary([qs[i] for i in sizes[g]], [replies[i] for i in sizes[g]], k) for g in GOLD_GROUPS if g in sizes
     }
     s["replay_s"] = round(run.seconds, 2)
     return s

@@ -30,17 +30,20 @@ def table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def category_table(results: Mapping[str, Any]) -> str:
-    """recall_all@k per question category and system."""
+def group_table(results: Mapping[str, Any], by: str = "by_category", label: str = "category") -> str:
+    """recall_all@k per group of questions (``by``: "by_category", or "by_gold" for
+    their number of gold memories) and system; empty with fewer than two groups."""
     k = results["k"]
     systems = results["systems"]
-    cats = sorted({c for s in systems.values() for c in s.get("by_category", {})})
-    if len(cats) < 2:
+    groups = list(dict.fromkeys(c for s in systems.values() for c in s.get(by, {})))
+    if by == "by_category":
+        groups.sort()
+    if len(groups) < 2:
         return ""
-    lines = ["| category | n | " + " | ".join(systems) + " |", "|---" * (len(systems) + 2) + "|"]
-    for c in cats:
-        first = next(iter(systems.values()))["by_category"].get(c, {})
-        cells = [_fmt(s["by_category"].get(c, {}).get(f"recall_all@{k}")) for s in systems.values()]
+    lines = [f"| {label} | n | " + " | ".join(systems) + " |", "|---" * (len(systems) + 2) + "|"]
+    for c in groups:
+        first = next(iter(systems.values())).get(by, {}).get(c, {})
+        cells = [_fmt(s.get(by, {}).get(c, {}).get(f"recall_all@{k}")) for s in systems.values()]
         lines.append(f"| {c} | {first.get('n', '-')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -57,9 +60,12 @@ def markdown(results: Mapping[str, Any]) -> str:
         "",
         table(results),
     ]
-    cats = category_table(results)
+    cats = group_table(results)
     if cats:
         parts += ["", f"## recall_all@{k} per category", "", cats]
+    golds = group_table(results, "by_gold", "gold memories")
+    if golds:
+        parts += ["", f"## recall_all@{k} by how many gold memories a question has", "", golds]
     rec = results.get("recovery")
     if rec:
         parts += ["", "## Recovery", "",
