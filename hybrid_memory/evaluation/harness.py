@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from .. import Config, passages
 from ..embed import make_embedder
-from ..embed.combined import CombinedEmbedder
+from ..embed.combined import STAND_IN, CombinedEmbedder
 from . import metrics
 from .events import Prepared, Query, prepare
 from .systems import (
@@ -214,7 +214,7 @@ class Options:
 
 
 def _cache_file(folder: Path, model: str) -> Path:
-    return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model.replace("|", "-or-")).strip("_") + ".npz")
+    return folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", model.replace(STAND_IN, "-or-")).strip("_") + ".npz")
 
 
 def _cached(made: Any, folder: Path | None) -> tuple[CachedEmbedder, list[tuple[CachedEmbedder, Path]]]:
@@ -445,20 +445,21 @@ def _figures(prepared: Prepared, run: Run, k: int) -> dict[str, Any]:
          "recall_all": metrics.mean(r.recall_at[p] for r in replies)}
         for p in TOKEN_POINTS
     ]
-    cats: dict[str, list[int]] = {}
-    for idx, q in enumerate(qs):
-        cats.setdefault(q.category, []).append(idx)
-    s["by_category"] = {
-        c: _summary([qs[i] for i in idx], [replies[i] for i in idx], k) for c, idx in sorted(cats.items())
-    }
-    sizes: dict[str, list[int]] = {}
-    for idx, q in enumerate(qs):
-        sizes.setdefault(gold_group(len(q.gold)), []).append(idx)
-    s["by_gold"] = {
-        g: _summary([qs[i] for i in sizes[g]], [replies[i] for i in sizes[g]], k) for g in GOLD_GROUPS if g in sizes
-    }
+    s["by_category"] = _grouped(qs, replies, k, lambda q: q.category, sorted)
+    s["by_gold"] = _grouped(qs, replies, k, lambda q: gold_group(len(q.gold)),
+                            lambda found: [g for g in GOLD_GROUPS if g in found])
     s["replay_s"] = round(run.seconds, 2)
     return s
+
+
+def _grouped(qs: Sequence[Query], replies: Sequence[Reply], k: int, group_of: Callable[[Query], str],
+             order: Callable[[Iterable[str]], Iterable[str]]) -> dict[str, dict[str, Any]]:
+    """The summary of each group of questions (``group_of`` names a question's group),
+    the groups in ``order``."""
+    groups: dict[str, list[int]] = {}
+    for idx, q in enumerate(qs):
+        groups.setdefault(group_of(q), []).append(idx)
+    return {g: _summary([qs[i] for i in groups[g]], [replies[i] for i in groups[g]], k) for g in order(groups)}
 
 
 def _at_hybrid_tokens(prepared: Prepared, runs: Mapping[str, Run], k: int) -> dict[str, dict[str, float]]:

@@ -32,12 +32,11 @@ def table(results: Mapping[str, Any]) -> str:
 
 def group_table(results: Mapping[str, Any], by: str = "by_category", label: str = "category") -> str:
     """recall_all@k per group of questions (``by``: "by_category", or "by_gold" for
-    their number of gold memories) and system; empty with fewer than two groups."""
+    their number of gold memories) and system, the groups in the order the figures
+    give them; empty with fewer than two groups."""
     k = results["k"]
     systems = results["systems"]
     groups = list(dict.fromkeys(c for s in systems.values() for c in s.get(by, {})))
-    if by == "by_category":
-        groups.sort()
     if len(groups) < 2:
         return ""
     lines = [f"| {label} | n | " + " | ".join(systems) + " |", "|---" * (len(systems) + 2) + "|"]
