@@ -44,7 +44,8 @@ merges), or a reworded sentence carrying the same information. They carry
 A memory that has a near-duplicate is never gold, and gold is never a node
 whose wording nearly matches another node of its type in its task, so every
 query has one unambiguous answer whether or not a system merges duplicates.
-Updates and states carry ``supersedes``; a root task carries ``domain``. These
+Updates and states carry ``supersedes``; a root task carries ``domain`` (and, in a
+``lang="mixed"`` trace, ``lang``: "en" or "zh", the language the task is written in). These
 extra fields are ignored by a replay.
 
 Splits: ``split="dev"`` (the default) is the trace above, the one retrieval is tuned on.
@@ -77,7 +78,12 @@ from .generate_templates import Domain, Entities, Line, Slots, Sub, domains
 
 Event = dict[str, Any]
 
-LANGS = ("en", "zh")
+LANGS = ("en", "zh", "mixed")
+#: In a "mixed" trace, the share of a task's people and named things (companies,
+#: products, hotels ...) drawn from the other language: Chinese notes naming
+#: "Thomas Thompson", English ones naming 张伟, as bilingual teams write.
+SWITCH_SHARE = 0.35
+_SWITCHED = frozenset({"name", "company", "product", "vendor", "hotel", "conference", "platform", "feature"})
 SPLITS = ("dev", "test")
 CATEGORIES = (
     "single-fact",
@@ -168,6 +174,19 @@ def _pad_zh(text: str) -> str:
     return _PAD_BEFORE.sub(" ", _PAD_AFTER.sub(r"\1 ", text))
 
 
+_LOOSE = re.compile(r"(?<=[：，。；、（“])\s+|\s+(?=[：，。；、）”？！])|^\s+|\s+$")
+
+
+def _written(text: str, lang: str) -> str:
+    """``text`` as a trace of ``lang`` writes it: Chinese padded (:func:`_pad_zh`); in a
+    mixed trace also one space at most, none beside full-width punctuation."""
+    if lang == "en":
+        return text
+    if lang == "mixed":
+        text = _LOOSE.sub("", re.sub(r"\s{2,}", " ", text))
+    return _pad_zh(text)
+
+
 # ---------------------------------------------------------------- time and entities
 
 
@@ -189,6 +208,23 @@ class _Clock:
             t = d * _DAY + _OPEN + self.rng.uniform(0, 1800)
         self.now = round(t, 1)
         return self.now
+
+
+class _Switching(Entities):
+    """A task's entities in a mixed trace: its own language's, but a person or a
+    named thing is drawn from the other language's pools now and then
+    (:data:`SWITCH_SHARE`). Ids are drawn from the pools both languages share."""
+
+    def __init__(self, own: Entities, other: Entities) -> None:
+        super().__init__(own.rng, own.lang, own.now, own.used)
+        self.other = other
+
+    def draw(self, kind: str) -> str:
+        if kind in _SWITCHED and self.rng.random() < SWITCH_SHARE:
+            value = self.other.draw(kind)
+            # a Latin name in Chinese text stands between spaces ("请 John Taylor 4月8日 ...")
+            return f" {value} " if self.lang == "zh" else value
+        return super().draw(kind)
 
 
 # ---------------------------------------------------------------- tasks
@@ -238,6 +274,7 @@ class _Task:
     nodes: list[tuple[str, str, str, str]] = field(default_factory=list)
     last_state: str | None = None
     wake: int = 0  # session number a parked task comes back at
+    lang: str = "en"  # the language it is written in
 
 
 def _script(rng: random.Random, dom: Domain) -> deque[_Step]:
@@ -303,11 +340,17 @@ class _Simulation:
         stream = f"hybrid-memory-trace/{lang}/{seed}" + ("" if split == "dev" else f"/{split}")
         self.rng = random.Random(stream)
         self.nodes, self.lang = nodes, lang
+        self.langs = ("en", "zh") if lang == "mixed" else (lang,)
         span = 15 * (nodes / 1000) ** 0.4 * (_CLOSE - _OPEN)  # working seconds of the whole trace
         self.clock = _Clock(self.rng, span / (nodes * 1.4))
-        self.entities = Entities(self.rng, lang, lambda: self.clock.now)
-        self.domains = domains(lang, split)
-        self.multi = tables.MULTI[lang] if split == "dev" else heldout.MULTI[lang]
+        used: dict[str, set[int]] = {}  # ids stay unique across the languages
+        own = {lg: Entities(self.rng, lg, lambda: self.clock.now, used) for lg in self.langs}
+        self.entities: dict[str, Entities] = (
+            {lg: _Switching(own[lg], own[other]) for lg, other in (("en", "zh"), ("zh", "en"))}
+            if lang == "mixed" else own
+        )  # fmt: skip
+        self.domains = {lg: domains(lg, split) for lg in self.langs}
+        self.multi = {lg: tables.MULTI[lg] if split == "dev" else heldout.MULTI[lg] for lg in self.langs}
         self.events: list[Event] = []
         self.adds = 0
         self.open: list[_Task] = []
@@ -379,12 +422,14 @@ class _Simulation:
         return self.rng.choice(others), True
 
     def _new_task(self) -> _Task:
-        dom = self.rng.choice(self.domains)
+        lang = self.rng.choice(self.langs) if len(self.langs) > 1 else self.lang
+        dom = self.rng.choice(self.domains[lang])
         self.clock.tick(3)
-        slots = Slots(self.entities, dom.kinds)
+        slots = Slots(self.entities[lang], dom.kinds)
         title = self._fill(self.rng.choice(dom.titles), slots)
-        task = _Task("", dom, slots, _script(self.rng, dom))
-        task.id = self._add(None, "task", title, domain=dom.name)
+        task = _Task("", dom, slots, _script(self.rng, dom), lang=lang)
+        extra = {"lang": lang} if self.lang == "mixed" else {}
+        task.id = self._add(None, "task", title, domain=dom.name, **extra)
         task.nodes.append((task.id, "task", task.id, title))
         self._focus(task.id)
         self.open.append(task)
@@ -399,7 +444,7 @@ class _Simulation:
 
     def _fill(self, template: str, slots: Slots, **extra: str) -> str:
         text = template.format_map(_Overlay(slots, extra)) if extra else template.format_map(slots)
-        return _pad_zh(text) if self.lang == "zh" else text
+        return _written(text, self.lang)
 
     def _add(
         self, parent: str | None, typ: str, content: str, importance: str = "", **extra: Any
@@ -497,7 +542,7 @@ class _Simulation:
         if kind == "reword" and line is not None and len(line.contents) > 1:
             return kind, self._fill(self.rng.choice(line.contents[1:]), task.slots)
         if kind != "repeat":
-            wraps = list(tables.DUP_WRAPS[self.lang])
+            wraps = list(tables.DUP_WRAPS[task.lang])
             self.rng.shuffle(wraps)
             for wrap in wraps:
                 text = wrap.format(c=target.content.rstrip("。."))
@@ -614,7 +659,7 @@ class _Simulation:
             pair = sorted((first, second), key=lambda r: r.added)
             a, b = (r.line.np for r in pair if r.line is not None)
             ref = first.sub.ref if first.sub else self.rng.choice(first.task.domain.refs)
-            text = self.rng.choice(self.multi).format(ref=ref, a=a, b=b)
+            text = self.rng.choice(self.multi[first.task.lang]).format(ref=ref, a=a, b=b)
             self._query("multi-fact", pair, self._fill(text, first.task.slots))
             return True
         return False
@@ -639,8 +684,7 @@ class _Simulation:
         refs = [r for r in dom.refs if not _slot_names(r) & named] or list(dom.refs)
         slots = {**rec.task.slots}  # a plain dict: a question draws nothing new
         slots["ref"] = self.rng.choice(refs).format_map(slots)
-        text = template.format_map(slots)
-        return _pad_zh(text) if self.lang == "zh" else text
+        return _written(template.format_map(slots), self.lang)
 
     def _query(self, category: str, recs: Sequence[_Record], text: str) -> None:
         self.asked += 1
@@ -691,7 +735,8 @@ def generate(
     split: str = "dev",
 ) -> list[dict[str, Any]]:
     """A synthetic trace of exactly ``nodes`` add events with its queries, in ``lang``
-    ("en" or "zh"); the same arguments give the same trace.
+    ("en", "zh", or "mixed": each task in one of the two, its people and named
+    things now and then from the other); the same arguments give the same trace.
 
     ``queries`` defaults to :func:`default_queries` and may be at most ``nodes // 5``.
     ``split`` is "dev" (tuned on) or "test" (held-out phrasings and domains, never tuned on).

@@ -256,10 +256,12 @@ _AIRLINES = {
 class Entities:
     """Draws slot values: pools per language, numbers, dates, and ids unique in the trace."""
 
-    def __init__(self, rng: random.Random, lang: str, now: Callable[[], float]) -> None:
+    def __init__(self, rng: random.Random, lang: str, now: Callable[[], float],
+                 used: dict[str, set[int]] | None = None) -> None:
         self.rng, self.lang, self.now = rng, lang, now
         self.pools = {**SHARED, **POOLS[lang]}
-        self.used: dict[str, set[int]] = {}
+        #: The ids drawn so far, by prefix (``used``: shared with another language's pools).
+        self.used: dict[str, set[int]] = {} if used is None else used
 
     def draw(self, kind: str) -> str:
         r, zh = self.rng, self.lang == "zh"

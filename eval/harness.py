@@ -28,7 +28,8 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--generate", type=int, metavar="NODES", help="generate a trace of about NODES nodes (default 10000)")
     p.add_argument("--data-dir", type=Path, help="folder holding the data sets (default: $HYBRID_MEMORY_EVAL_DATA or ../shared/data)")
     p.add_argument("--limit", type=int, help="with --dataset: load only this many conversations/questions/trajectories")
-    p.add_argument("--lang", default="en", choices=("en", "zh"), help="language of a generated trace")
+    p.add_argument("--lang", default="en", choices=("en", "zh", "mixed"),
+                   help="language of a generated trace (mixed: tasks in both)")
     p.add_argument("--seed", type=int, default=0, help="seed of a generated trace")
     p.add_argument("--split", default="dev", choices=("dev", "test"),
                    help="generated questions: dev (tuned on) or test (held-out phrasings and domains)")

@@ -61,11 +61,13 @@ SOURCES = (
     Source("realmem", "dataset", "realmem"),
     Source("gen-en", "generate", "en"),
     Source("gen-zh", "generate", "zh"),
+    Source("gen-mixed", "generate", "mixed"),
 )
 #: The generator's held-out phrasings and domains: never run while tuning (``--heldout``).
 HELDOUT = (
     Source("gen-en-test", "generate", "en", split="test"),
     Source("gen-zh-test", "generate", "zh", split="test"),
+    Source("gen-mixed-test", "generate", "mixed", split="test"),
 )
 FIGURES = ("recall_all@10", "ndcg@10", "branch_acc@1", "tokens_mean")
 

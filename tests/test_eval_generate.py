@@ -21,7 +21,10 @@ from eval.generate import CATEGORIES, SPLITS, default_queries, generate, main, o
 from eval.generate_templates import FRESH, Domain, Line, domains
 from hybrid_memory.evaluation.trace import read_trace
 
-LANGS = ("en", "zh")
+#: The languages a trace is written in ("mixed": tasks in both, see test_a_mixed_trace_...).
+LANGS = ("en", "zh", "mixed")
+#: The languages templates are written in.
+TEXT_LANGS = ("en", "zh")
 Event = dict[str, Any]
 _ID = re.compile(r"\b(?:EXP|TKT|BUG|TRV|PO|REQ|MOV|MIG|EVT)-\d+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -74,6 +77,35 @@ def test_languages_differ_and_bad_arguments_raise() -> None:
     ):
         with pytest.raises(ValueError):
             generate(**{"nodes": 1000, **bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_mixed_trace_writes_tasks_in_both_languages_and_names_across_them(split: str) -> None:
+    """Each task of a mixed trace is written in one language, its questions asked in
+    it, and now and then a person or a named thing of the other language appears in
+    it: Chinese notes naming "Susan Harris", English ones naming a Chinese hotel."""
+    events = trace("mixed", 3000, split=split)
+    nodes = adds(events)
+    chinese = {i: n["lang"] == "zh" for i, n in nodes.items() if n["parent"] is None}
+    assert 0.3 < sum(chinese.values()) / len(chinese) < 0.7  # tasks in both languages
+    mixed_lines = 0
+    for n in nodes.values():
+        in_zh = chinese[root(nodes, n["id"])["id"]]
+        text = _ID.sub("", n["content"])
+        if in_zh:
+            assert _CJK.search(text), n  # a Chinese task's memories are Chinese ...
+            mixed_lines += bool(re.search(r"[A-Z][a-z]+ [A-Z][a-z]+", text))  # ... naming "Susan Harris"
+        else:
+            assert re.search(r"[A-Za-z]{3,}", text), n
+            mixed_lines += bool(_CJK.search(text))
+        assert "  " not in n["content"] and n["content"] == n["content"].strip(), n
+    assert mixed_lines >= 0.05 * len(nodes)
+    for q in queries(events):  # a question in its task's language
+        if chinese[root(nodes, q["gold"][0])["id"]]:
+            assert len(_CJK.findall(q["text"])) >= 4, q
+        else:
+            assert len(re.findall(r"\b[A-Za-z]{3,}\b", _ID.sub("", q["text"]))) >= 2, q
+    assert generate(300, lang="mixed", seed=1) == generate(300, lang="mixed", seed=1)
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -245,10 +277,12 @@ def test_near_duplicates_repeat_and_reword_within_their_task(lang: str, split: s
 def test_distractor_tasks_share_their_domain_words(lang: str, split: str) -> None:
     """Dozens of tasks per domain, and the domain's common words in many of them: a
     question has to be told apart by its entity (the test split has more domains: more nodes)."""
-    nodes = adds(trace(lang, 2000 if split == "dev" else 3000, split=split))
+    size = (2000 if split == "dev" else 3000) * (2 if lang == "mixed" else 1)  # two languages' tasks
+    nodes = adds(trace(lang, size, split=split))
     roots = [n for n in nodes.values() if n["parent"] is None]
     per_domain = Counter(n["domain"] for n in roots)
-    assert set(per_domain) == {d.name for d in domains(lang, split)}
+    langs = TEXT_LANGS if lang == "mixed" else (lang,)
+    assert set(per_domain) == {d.name for lg in langs for d in domains(lg, split)}
     assert min(per_domain.values()) >= 10
     tasks_with: dict[str, set[str]] = defaultdict(set)
     for n in nodes.values():
@@ -310,7 +344,7 @@ def test_chinese_content_is_chinese(split: str) -> None:
 
 
 @pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lang", TEXT_LANGS)
 def test_templates_never_give_the_answer_away(lang: str, split: str) -> None:
     """Slots an update redraws appear in no question or ref (the question would hold the
     answer, or a stale value); the fact an update supersedes names that slot; a line with a
@@ -388,7 +422,7 @@ def _phrasings(doms: tuple[Domain, ...]) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lang", TEXT_LANGS)
 def test_dev_split_is_unchanged(lang: str) -> None:
     for events in (generate(500, lang=lang, seed=0), generate(500, lang=lang, seed=0, split="dev")):
         assert _sha256([q["text"] for q in queries(tuple(events))]) == _DEV_QUERIES_SHA256[lang]
@@ -411,7 +445,7 @@ def test_a_task_is_finished_once_its_script_is_done_and_never_written_after(lang
     assert len(finished) >= 10
 
 
-@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lang", TEXT_LANGS)
 def test_test_split_has_new_domains_and_no_dev_question(lang: str) -> None:
     dev, test = domains(lang), domains(lang, "test")
     old = {d.name for d in dev}
@@ -430,7 +464,7 @@ def test_test_split_has_new_domains_and_no_dev_question(lang: str) -> None:
     assert not {q["text"] for q in queries(test_events)} & dev_texts
 
 
-@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lang", TEXT_LANGS)
 def test_heldout_phrasings_keep_the_memories_and_ask_the_same(lang: str) -> None:
     """Every line with questions gets held-out ones; contents stay as they are; a held-out
     question uses only placeholders the dev question of its line or the domain's refs use
@@ -458,7 +492,7 @@ def test_heldout_phrasings_keep_the_memories_and_ask_the_same(lang: str) -> None
             assert a.kind == "ask" or (b.np and (b.np != a.np)), (dev.name, a.key)
 
 
-@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lang", TEXT_LANGS)
 def test_new_domains_parse_and_fill_every_slot(lang: str) -> None:
     assert set(heldout.NEW_DOMAINS["en"]) == set(heldout.NEW_DOMAINS["zh"]) == _NEW_DOMAINS
     assert set(heldout.QUESTIONS["en"]) == set(heldout.QUESTIONS["zh"]) == set(tables.DOMAINS["en"])
