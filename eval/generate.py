@@ -44,8 +44,9 @@ merges), or a reworded sentence carrying the same information. They carry
 A memory that has a near-duplicate is never gold, and gold is never a node
 whose wording nearly matches another node of its type in its task, so every
 query has one unambiguous answer whether or not a system merges duplicates.
-Updates and states carry ``supersedes``; a root task carries ``domain`` (and, in a
-``lang="mixed"`` trace, ``lang``: "en" or "zh", the language the task is written in). These
+Updates and states carry ``supersedes``; a root task carries ``domain``; in a
+``lang="mixed"`` trace a root task and a query carry ``lang`` ("en" or "zh": the
+language it is written or asked in). These
 extra fields are ignored by a replay.
 
 Splits: ``split="dev"`` (the default) is the trace above, the one retrieval is tuned on.
@@ -83,6 +84,9 @@ LANGS = ("en", "zh", "mixed")
 #: products, hotels ...) drawn from the other language: Chinese notes naming
 #: "Thomas Thompson", English ones naming 张伟, as bilingual teams write.
 SWITCH_SHARE = 0.35
+#: ... and the share of its questions asked in the other language, about the same
+#: memory ("How much did 马婷 spend on EXP-8964?"; multi-fact questions aside).
+CROSS_SHARE = 0.25
 _SWITCHED = frozenset({"name", "company", "product", "vendor", "hotel", "conference", "platform", "feature"})
 SPLITS = ("dev", "test")
 CATEGORIES = (
@@ -639,7 +643,7 @@ class _Simulation:
         rec = self._pick(self.pools[category], reuse)
         if rec is None:
             return False
-        self._query(category, [rec], self._question(rec))
+        self._query(category, [rec], *self._question(rec))
         return True
 
     def _ask_multi(self, reuse: bool) -> bool:
@@ -660,7 +664,7 @@ class _Simulation:
             a, b = (r.line.np for r in pair if r.line is not None)
             ref = first.sub.ref if first.sub else self.rng.choice(first.task.domain.refs)
             text = self.rng.choice(self.multi[first.task.lang]).format(ref=ref, a=a, b=b)
-            self._query("multi-fact", pair, self._fill(text, first.task.slots))
+            self._query("multi-fact", pair, self._fill(text, first.task.slots), first.task.lang)
             return True
         return False
 
@@ -672,21 +676,42 @@ class _Simulation:
         rec = next((r for r in candidates if self._clear(r)), None)
         if rec is None:
             return False
-        self._query(category, [rec], self._question(rec))
+        self._query(category, [rec], *self._question(rec))
         return True
 
-    def _question(self, rec: _Record) -> str:
-        dom = rec.task.domain
-        template = self.rng.choice(dom.asks if rec.line is None else rec.line.questions)
+    def _question(self, rec: _Record) -> tuple[str, str]:
+        """A question about ``rec``, and the language it is asked in."""
+        dom, line = rec.task.domain, rec.line
+        if len(self.langs) > 1 and self.rng.random() < CROSS_SHARE:
+            dom, line = self._crossed(rec) or (dom, line)
+        template = self.rng.choice(dom.asks if line is None else line.questions)
         # A ref that names what the question already names reads badly ("Zhang Wei's claim" in
         # "How should Zhang Wei hear about ...?"): take one that does not, when there is one.
         named = _slot_names(template)
         refs = [r for r in dom.refs if not _slot_names(r) & named] or list(dom.refs)
         slots = {**rec.task.slots}  # a plain dict: a question draws nothing new
         slots["ref"] = self.rng.choice(refs).format_map(slots)
-        return _written(template.format_map(slots), self.lang)
+        lang = rec.task.lang if dom is rec.task.domain else next(lg for lg in self.langs if lg != rec.task.lang)
+        return _written(template.format_map(slots), self.lang), lang
 
-    def _query(self, category: str, recs: Sequence[_Record], text: str) -> None:
+    def _crossed(self, rec: _Record) -> tuple[Domain, Line | None] | None:
+        """The other language's domain and line asking about what ``rec`` holds, when
+        the other language has that line and the task has every slot it names."""
+        other = next(lg for lg in self.langs if lg != rec.task.lang)
+        dom = next((d for d in self.domains[other] if d.name == rec.task.domain.name), None)
+        if dom is None:
+            return None
+        line = None
+        if rec.line is not None:
+            lines = (*dom.items, *(i for sub in dom.subs for i in sub.items), *dom.updates.values())
+            line = next((x for x in lines if (x.kind, x.key) == (rec.line.kind, rec.line.key)), None)
+            if line is None:
+                return None
+        asked = dom.asks if line is None else line.questions
+        named = {n for t in (*asked, *dom.refs) for n in _slot_names(t)} - {"ref"}
+        return (dom, line) if named <= rec.task.slots.keys() else None
+
+    def _query(self, category: str, recs: Sequence[_Record], text: str, lang: str) -> None:
         self.asked += 1
         event: Event = {
             "op": "query",
@@ -701,6 +726,8 @@ class _Simulation:
         stale = [s for r in recs for s in r.stale]
         if stale:
             event["stale"] = stale
+        if self.lang == "mixed":
+            event["lang"] = lang
         self.events.append(event)
         for r in recs:
             r.asked = True
