@@ -133,6 +133,29 @@ def token_spans(text: str) -> list[tuple[int, int, int]]:
             for m in _TOKEN_PIECES.finditer(text)]
 
 
+#: How much of a text :func:`mostly_cjk` reads: its opening tells the script.
+_SCRIPT_SAMPLE = 400
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether ``text`` is written mostly in CJK: its CJK characters outnumber its
+    other words, each counted as :func:`count_tokens` counts a piece (a Chinese note
+    naming "Susan Harris" and EXP-8964 is; an English one naming 如家酒店 is not).
+    Only the first 400 characters are read."""
+    return _mostly_cjk(text[:_SCRIPT_SAMPLE])
+
+
+@functools.lru_cache(maxsize=16_384)
+def _mostly_cjk(text: str) -> bool:
+    cjk = other = 0
+    for piece in _TOKEN_PIECES.findall(text):
+        if is_cjk(piece):
+            cjk += 1
+        elif piece[0].isalnum():
+            other += 1
+    return cjk > other
+
+
 def count_tokens(text: str) -> int:
     """An estimate of an LLM tokenizer's count: one per CJK character or punctuation
     mark, one per four characters of a Latin word (at least one)."""

@@ -24,6 +24,28 @@ DENSE_FETCH = 2
 _DENSE_EPS = 1e-5
 
 
+def level_scripts(dense: Mapping[str, float], cjk: Mapping[str, bool]) -> dict[str, float]:
+    """``dense`` (id -> cosine) with the scores of the memories written mostly in CJK
+    and of the others made comparable (``cjk``: id -> which; an id not listed keeps
+    its score): each group is scaled so that its best score is the best of all.
+
+    A multilingual embedder scores a text of the query's own language above one of
+    another, whatever they say (an English question about a Chinese note scores
+    0.41 against it and 0.63 against its English twin), so without this every
+    memory in the query's language outranks the right one in the other. Levelled,
+    each group's best meets the other's and the lexical channel and the tree decide.
+    Within a group nothing changes order; a memory of one group changes nothing."""
+    best: dict[bool, float] = {}
+    for i, d in dense.items():
+        g = cjk.get(i)
+        if g is not None:
+            best[g] = max(best.get(g, 0.0), d)
+    if len(best) < 2 or min(best.values()) <= 0.0:
+        return dict(dense)
+    top = max(best.values())
+    return {i: d * top / best[cjk[i]] if i in cjk else d for i, d in dense.items()}
+
+
 def dense_cut(fetched: Sequence[tuple[str, float]], rows: Mapping[str, Any], qvec: np.ndarray[Any, Any], n: int,
               asked: int) -> list[tuple[str, float]]:
     """The dense channel's candidates, at most ``n``, as a function of what is stored:

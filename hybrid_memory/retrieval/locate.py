@@ -2,8 +2,9 @@
 
 The candidates are grouped by family (one top-level task's tree) and each
 branch scored by its best candidate's similarity, a blend of the dense and the
-lexical scores, plus a little for breadth, its family's branches told apart by
-the words they do not share. Each candidate is read with its task path as
+lexical scores (the dense scores levelled between memories written in CJK and
+the others, :func:`.candidates.level_scripts`), plus a little for breadth, its
+family's branches told apart by the words they do not share. Each candidate is read with its task path as
 context, and the branches of the agent's active family may be preferred
 (``retrieval.active_prior``).
 """
@@ -19,7 +20,7 @@ from .. import text
 from ..config import RetrievalConfig
 from ..model import root_of
 from ..weights import blend
-from .candidates import Candidates
+from .candidates import Candidates, level_scripts
 from .query import Posting, QueryWords, term_idf
 
 # Branch score: the best hit, plus a little for breadth (a second and third hit).
@@ -44,7 +45,8 @@ def locate(r: RetrievalConfig, words: QueryWords, cands: Candidates, dense_mix: 
     branches of the active family preferred, when there is an ``active_root`` (the
     top-level task of the session's active node, read when asked)."""
     postings = words.held(cands.rows)
-    scored = branch_scores(cands.rows, postings, cands.dense, words.lexical, dense_mix,
+    dense = level_scripts(cands.dense, {i: text.mostly_cjk(row.content) for i, row in cands.rows.items()})
+    scored = branch_scores(cands.rows, postings, dense, words.lexical, dense_mix,
                            rarity=family_rarity(words.idf, r.family_rarity))
     prior = "off" if r.active_prior <= 0 else "without a session" if active_root is None else ""
     if r.active_prior > 0 and active_root is not None:

@@ -1,7 +1,9 @@
 """Rank: score every memory in question and pick the k hits and the standing ones.
 
 Each memory scores ``lambda*similarity + (1-lambda)*weight(now)``, times what its
-branch pays for falling behind the located one (:func:`branch_factor`). Where the
+branch pays for falling behind the located one (:func:`branch_factor`); the dense
+scores are levelled between the memories written in CJK and the others first
+(:func:`.candidates.level_scripts`). Where the
 query locates the family of the node the agent chose to work on, the weight part of
 each of that family's memories counts more the later it was written
 (:data:`NEWEST_GAIN`): what the agent wrote last on the work in hand is what it
@@ -18,10 +20,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from .. import text
 from ..config import RetrievalConfig
 from ..forgetting import superseded_states
 from ..model import Node, NodeType, root_of
 from ..weights import blend
+from .candidates import level_scripts
 from .expand import Expanded, Opened
 
 # Fixed, not settings: the values and what they did are in eval/CHANGES.md.
@@ -146,8 +150,10 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
              and lexical.get(i, 0.0) >= max(LEXICAL_PEER * top_lex, 1e-9)}
     scored: dict[str, Scored] = {}
     lam, opened_weight = r.lambda_, (SPREAD_WEIGHT if opened.spread else r.branch_weight)
-    for node, dense, lex in grown.entries:
-        b = node.branch_id
+    dense_of = level_scripts({n.id: d for n, d, _ in grown.entries},
+                             {n.id: text.mostly_cjk(n.content) for n, _, _ in grown.entries})
+    for node, _, lex in grown.entries:
+        b, dense = node.branch_id, dense_of[node.id]
         similarity, w, bs = blend(dense, lex, dense_mix), weigh(node), opened.every_branch[b]
         # Opened branches pay branch_weight (SPREAD_WEIGHT for a spreading
         # question) of their shortfall, other branches OUTSIDE_WEIGHT, peers nothing.
