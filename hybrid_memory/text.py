@@ -139,8 +139,8 @@ _SCRIPT_SAMPLE = 400
 
 def mostly_cjk(text: str) -> bool:
     """Whether ``text`` is written mostly in CJK: its CJK characters outnumber its
-    other words, each counted as :func:`count_tokens` counts a piece (a Chinese note
-    naming "Susan Harris" and EXP-8964 is; an English one naming 如家酒店 is not).
+    other words (the pieces :func:`count_tokens` reads, each counted once): a Chinese
+    note naming "Susan Harris" and EXP-8964 is, an English one naming 如家酒店 is not.
     Only the first 400 characters are read."""
     return _mostly_cjk(text[:_SCRIPT_SAMPLE])
 

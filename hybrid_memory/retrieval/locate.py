@@ -4,9 +4,9 @@ The candidates are grouped by family (one top-level task's tree) and each
 branch scored by its best candidate's similarity, a blend of the dense and the
 lexical scores (the dense scores levelled between memories written in CJK and
 the others, :func:`.candidates.level_scripts`), plus a little for breadth, its
-family's branches told apart by the words they do not share. Each candidate is read with its task path as
-context, and the branches of the agent's active family may be preferred
-(``retrieval.active_prior``).
+family's branches told apart by the words they do not share. Each candidate is
+read with its task path as context, and the branches of the agent's active
+family may be preferred (``retrieval.active_prior``).
 """
 
 from __future__ import annotations
