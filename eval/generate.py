@@ -179,6 +179,12 @@ def _pad_zh(text: str) -> str:
 
 
 _LOOSE = re.compile(r"(?<=[：，。；、（“])\s+|\s+(?=[：，。；、）”？！])|^\s+|\s+$")
+_SPACES = re.compile(r"\s{2,}")
+
+
+def _other(lang: str) -> str:
+    """The other language of a mixed trace."""
+    return "zh" if lang == "en" else "en"
 
 
 def _written(text: str, lang: str) -> str:
@@ -187,7 +193,7 @@ def _written(text: str, lang: str) -> str:
     if lang == "en":
         return text
     if lang == "mixed":
-        text = _LOOSE.sub("", re.sub(r"\s{2,}", " ", text))
+        text = _LOOSE.sub("", _SPACES.sub(" ", text))
     return _pad_zh(text)
 
 
@@ -350,7 +356,7 @@ class _Simulation:
         used: dict[str, set[int]] = {}  # ids stay unique across the languages
         own = {lg: Entities(self.rng, lg, lambda: self.clock.now, used) for lg in self.langs}
         self.entities: dict[str, Entities] = (
-            {lg: _Switching(own[lg], own[other]) for lg, other in (("en", "zh"), ("zh", "en"))}
+            {lg: _Switching(own[lg], own[_other(lg)]) for lg in own}
             if lang == "mixed" else own
         )  # fmt: skip
         self.domains = {lg: domains(lg, split) for lg in self.langs}
@@ -681,9 +687,11 @@ class _Simulation:
 
     def _question(self, rec: _Record) -> tuple[str, str]:
         """A question about ``rec``, and the language it is asked in."""
-        dom, line = rec.task.domain, rec.line
+        dom, line, lang = rec.task.domain, rec.line, rec.task.lang
         if len(self.langs) > 1 and self.rng.random() < CROSS_SHARE:
-            dom, line = self._crossed(rec) or (dom, line)
+            crossed = self._crossed(rec)
+            if crossed is not None:
+                (dom, line), lang = crossed, _other(lang)
         template = self.rng.choice(dom.asks if line is None else line.questions)
         # A ref that names what the question already names reads badly ("Zhang Wei's claim" in
         # "How should Zhang Wei hear about ...?"): take one that does not, when there is one.
@@ -691,14 +699,12 @@ class _Simulation:
         refs = [r for r in dom.refs if not _slot_names(r) & named] or list(dom.refs)
         slots = {**rec.task.slots}  # a plain dict: a question draws nothing new
         slots["ref"] = self.rng.choice(refs).format_map(slots)
-        lang = rec.task.lang if dom is rec.task.domain else next(lg for lg in self.langs if lg != rec.task.lang)
         return _written(template.format_map(slots), self.lang), lang
 
     def _crossed(self, rec: _Record) -> tuple[Domain, Line | None] | None:
         """The other language's domain and line asking about what ``rec`` holds, when
         the other language has that line and the task has every slot it names."""
-        other = next(lg for lg in self.langs if lg != rec.task.lang)
-        dom = next((d for d in self.domains[other] if d.name == rec.task.domain.name), None)
+        dom = next((d for d in self.domains[_other(rec.task.lang)] if d.name == rec.task.domain.name), None)
         if dom is None:
             return None
         line = None
