@@ -104,6 +104,8 @@ class RecallNode(BaseModel):
     branch_factor: float | None = Field(default=None, description="explain: what the score was multiplied by for its branch.")
     newest_factor: float | None = Field(default=None, description=(
         "explain: what the weight part was multiplied by for how late the node was written in the focused family."))
+    superseded_factor: float | None = Field(default=None, description=(
+        "explain: what the similarity was multiplied by because a later state of its branch supersedes it."))
     tokens: int | None = Field(default=None, description="explain: the node's tokens in the context.")
 
 
@@ -300,7 +302,8 @@ class _Tools:
             numbers: dict[str, Any] = dict(
                 similarity=_num(s.similarity), dense=_num(s.dense), lexical=_num(s.lexical),
                 weight=_num(s.weight), branch_score=_num(s.branch_score),
-                branch_factor=_num(s.branch_factor), newest_factor=_num(s.newest_factor), tokens=s.tokens,
+                branch_factor=_num(s.branch_factor), newest_factor=_num(s.newest_factor),
+                superseded_factor=_num(s.superseded_factor), tokens=s.tokens,
             ) if explain else {}
             nodes.append(RecallNode(id=s.node.id, type=s.node.type.value, parent_id=s.node.parent_id,
                                     reason=s.reason, score=_num(s.score), preview=_clip(s.node.content),

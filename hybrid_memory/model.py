@@ -143,6 +143,7 @@ class ScoredNode:
     #: or "summary" (a finished task's summary, shown in place of the details picked
     #: under it that did not all fit the token budget).
     reason: str
+    #: The dense and lexical similarities blended, times ``superseded_factor``.
     similarity: float
     dense: float
     lexical: float
@@ -156,6 +157,9 @@ class ScoredNode:
     #: What the weight part of the score was multiplied by for how late the node was
     #: written in the focused family (1 elsewhere; see retrieval.rank.NEWEST_GAIN).
     newest_factor: float = 1.0
+    #: What the similarity was multiplied by because a later state of the node's
+    #: branch supersedes it (1 for any other node; see retrieval.rank.SUPERSEDED_SIMILARITY).
+    superseded_factor: float = 1.0
     #: The (start, stop) span of ``node.content`` the context shows: the passage of
     #: a long memory that best answers the query (None: the whole content).
     passage: tuple[int, int] | None = None
@@ -204,12 +208,13 @@ class Recall:
             lines.append(f"stage {stage}: {note}")
         lines.append(
             f"{'reason':<9} {'score':>6} {'sim':>6} {'dense':>6} {'lex':>6} {'weight':>6} {'newest':>6} "
-            f"{'branch':>6}  node"
+            f"{'supers':>6} {'branch':>6}  node"
         )
         for s in self.nodes:
             lines.append(
                 f"{s.reason:<9} {s.score:6.3f} {s.similarity:6.3f} {s.dense:6.3f} "
-                f"{s.lexical:6.3f} {s.weight:6.3f} {s.newest_factor:6.3f} {s.branch_factor:6.3f}  "
+                f"{s.lexical:6.3f} {s.weight:6.3f} {s.newest_factor:6.3f} "
+                f"{s.superseded_factor:6.3f} {s.branch_factor:6.3f}  "
                 f"[{s.node.type.value}] {s.node.id} "
                 f"{_clip(s.node.content, 60)}"
             )

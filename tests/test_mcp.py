@@ -179,7 +179,8 @@ def test_remember_then_recall_in_english_and_chinese(open_memory: OpenMemory, mo
         assert sum(n["reason"] == "hit" for n in explained["nodes"]) <= 2
         assert explained["branches"] and explained["branches"][0]["id"] == task["id"]
         for n in explained["nodes"]:
-            assert {"similarity", "dense", "lexical", "weight", "branch_score", "branch_factor", "tokens"} <= set(n)
+            assert {"similarity", "dense", "lexical", "weight", "branch_score", "branch_factor", "superseded_factor",
+                    "tokens"} <= set(n)
 
         # Without a query: the active (Chinese) task's context.
         active = await call(client, "recall")

@@ -32,6 +32,7 @@ from hybrid_memory.retrieval.rank import (
     SPREAD_WEIGHT,
     STANDING_MIN_WEIGHT,
     STANDING_TYPES,
+    SUPERSEDED_SIMILARITY,
 )
 from hybrid_memory.testing import Faults
 
@@ -282,8 +283,11 @@ def check_invariants(mem: MemoryTree, recall: Recall, *, k: int, budget: int, no
                 assert any(s.branch_factor == pytest.approx(f, abs=1e-9) for f in (factor, 1.0))
             own = (cfg.lambda_ * s.similarity + (1 - cfg.lambda_) * s.weight * s.newest_factor) * s.branch_factor
             assert s.score == pytest.approx(own, abs=1e-6)
+            # (a superseded state is matched at a share of its blend, 1 for any other node)
+            assert s.superseded_factor in (1.0, SUPERSEDED_SIMILARITY)
+            assert s.superseded_factor == 1.0 or s.node.type.value == "state"
             assert s.similarity == pytest.approx(
-                dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical, abs=1e-6
+                (dense_mix * max(0.0, s.dense) + (1 - dense_mix) * s.lexical) * s.superseded_factor, abs=1e-6
             )
     hits = [s for s in recall.nodes if s.reason == "hit"]
     assert len(hits) <= k

@@ -3,7 +3,9 @@
 Each memory scores ``lambda*similarity + (1-lambda)*weight(now)``, times what its
 branch pays for falling behind the located one (:func:`branch_factor`); the dense
 scores are levelled between the memories written in CJK and the others first
-(:func:`.candidates.level_scripts`). Where the
+(:func:`.candidates.level_scripts`). A state that a later state of its branch
+supersedes is matched at a share of its similarity (:data:`SUPERSEDED_SIMILARITY`):
+the task has moved on, and what it says now comes first. Where the
 query locates the family of the node the agent chose to work on, the weight part of
 each of that family's memories counts more the later it was written
 (:data:`NEWEST_GAIN`): what the agent wrote last on the work in hand is what it
@@ -45,6 +47,10 @@ QUOTA_SIMILARITY = 0.5
 STANDING_TYPES: frozenset[NodeType] = frozenset({NodeType.STATE, NodeType.PREFERENCE, NodeType.DECISION})
 #: The least weight of a standing node (see eval/CHANGES.md).
 STANDING_MIN_WEIGHT = 0.55
+#: A state that a later state of its branch supersedes is matched at this share of its
+#: similarity (see eval/CHANGES.md): found when the question reads clearly closer to
+#: it, else giving its place to what the task says now.
+SUPERSEDED_SIMILARITY = 0.5
 #: In the focused family, the weight part of the memory written n-th from last
 #: counts ``1 + NEWEST_GAIN / (1 + n)`` (see eval/CHANGES.md).
 NEWEST_GAIN = 2.0
@@ -61,6 +67,7 @@ class Scored:
     branch_score: float = 0.0
     branch_factor: float = 1.0
     newest_factor: float = 1.0
+    superseded_factor: float = 1.0
 
 
 class _Ranked(Protocol):
@@ -131,8 +138,10 @@ def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], open
     # places first, then the rest by score.
     picked = [(s, "hit") for s in reserved] + sorted(
         [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
+    superseded = sum(s.superseded_factor < 1.0 for s in scored.values())
     note = (f"hits {len(hits)} (reserved by branch quotas {len(reserved)}), standing {len(standing)}, "
-            f"pool {len(pool)}; focused family's newest first: {newest}")
+            f"pool {len(pool)}; superseded states matched at {SUPERSEDED_SIMILARITY:g}: {superseded}; "
+            f"focused family's newest first: {newest}")
     return Picks(picked, scored, note)
 
 
@@ -152,15 +161,19 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
     lam, opened_weight = r.lambda_, (SPREAD_WEIGHT if opened.spread else r.branch_weight)
     dense_of = level_scripts({n.id: d for n, d, _ in grown.entries},
                              {n.id: text.mostly_cjk(n.content) for n, _, _ in grown.entries})
+    # (every state of an opened branch is an entry: what supersedes one is among them)
+    superseded = superseded_states([n for n, _, _ in grown.entries])
     for node, _, lex in grown.entries:
         b, dense = node.branch_id, dense_of[node.id]
-        similarity, w, bs = blend(dense, lex, dense_mix), weigh(node), opened.every_branch[b]
+        sf = SUPERSEDED_SIMILARITY if node.id in superseded else 1.0
+        similarity, w, bs = blend(dense, lex, dense_mix) * sf, weigh(node), opened.every_branch[b]
         # Opened branches pay branch_weight (SPREAD_WEIGHT for a spreading
         # question) of their shortfall, other branches OUTSIDE_WEIGHT, peers nothing.
         bw = opened_weight if b in branch_score else \
             0.0 if node.id in peers or b in opened.family else OUTSIDE_WEIGHT
         bf = branch_factor(bs, opened.best, bw)
-        scored[node.id] = Scored(node, similarity, dense, lex, w, combine(lam, similarity, w, bf), bs, bf)
+        scored[node.id] = Scored(node, similarity, dense, lex, w, combine(lam, similarity, w, bf), bs, bf,
+                                 superseded_factor=sf)
     return scored, peers
 
 

@@ -150,7 +150,8 @@ def _render(view: RowView | StoreView, chosen: Mapping[str, tuple[Scored, str]],
             ScoredNode(
                 node=own_node(node) if shared else node, reason=reason, similarity=s.similarity, dense=s.dense, lexical=s.lexical,
                 weight=s.weight, branch_score=s.branch_score, score=s.score, tokens=cost_of(node),
-                branch_factor=s.branch_factor, newest_factor=s.newest_factor, passage=span,
+                branch_factor=s.branch_factor, newest_factor=s.newest_factor,
+                superseded_factor=s.superseded_factor, passage=span,
             )
         )
     context = "\n".join(lines)

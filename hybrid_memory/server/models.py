@@ -190,12 +190,16 @@ class ScoredOut(BaseModel):
     #: What the weight part was multiplied by for how late the node was written in
     #: the focused family.
     newest_factor: float = 1.0
+    #: What the similarity was multiplied by because a later state of the node's
+    #: branch supersedes it.
+    superseded_factor: float = 1.0
 
     @classmethod
     def of(cls, s: ScoredNode) -> ScoredOut:
         return cls(node=NodeOut.of(s.node), reason=s.reason, score=s.score, similarity=s.similarity, dense=s.dense,
                    lexical=s.lexical, weight=s.weight, branch_score=s.branch_score, tokens=s.tokens,
-                   branch_factor=s.branch_factor, newest_factor=s.newest_factor)
+                   branch_factor=s.branch_factor, newest_factor=s.newest_factor,
+                   superseded_factor=s.superseded_factor)
 
 
 class BranchOut(BaseModel):
