@@ -21,6 +21,7 @@ import math
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 #: The version of :func:`terms` (1: whole words and bigrams; 2: stems, and jieba's
@@ -51,9 +52,40 @@ _CLITICS = frozenset(("s", "t", "m", "d", "ll", "re", "ve"))
 _APOSTROPHES = frozenset("'\u2019")
 
 
+#: What a word of a CJK run weighs in a query beside a Latin word (:func:`term_weights`);
+#: fitted on the Chinese and mixed sources (eval/CHANGES.md, 2026-12-07, sixth session).
+CJK_WORD_WEIGHT = 1 / 3
+
+
 def terms(text: str) -> list[str]:
     """The lexical terms of ``text``, in order, with repeats."""
-    out: list[str] = []
+    return [t for run, _ in _runs(text) for t in run]
+
+
+def term_weights(text: str) -> dict[str, float]:
+    """Each distinct term of :func:`terms` (in the same order) with what it weighs
+    in a query, a Latin word weighing 1. A CJK run is read twice, as overlapping
+    bigrams and as jieba's words, so its terms are parts of its words: each is
+    (the words jieba finds in the run) / (the run's terms) of a word, a term both
+    readings give (a two-character word is also a bigram) counting twice, at most
+    one word; and a CJK word weighs ``CJK_WORD_WEIGHT``. Counted term by term, a
+    Chinese phrase outweighed the identifier or name beside it that says which
+    memory is meant."""
+    out: dict[str, float] = {}
+    for run, words in _runs(text):
+        if not words:
+            out.setdefault(run[0], 1.0)
+            continue
+        for term, n in Counter(run).items():
+            out[term] = max(out.get(term, 0.0), CJK_WORD_WEIGHT * min(1.0, n * words / len(run)))
+    return out
+
+
+def _runs(text: str) -> Iterator[tuple[list[str], int]]:
+    """The terms of each piece of ``text``, in order: a Latin word's one term (and
+    0), or a CJK run's terms (its bigrams, then jieba's words of two or more
+    characters; a lone character stands for itself) and the number of words
+    jieba finds in it."""
     lower = text.lower()
     for match in _PIECES.finditer(lower):
         piece = match.group()
@@ -62,13 +94,12 @@ def terms(text: str) -> list[str]:
             continue
         if is_cjk(piece):
             if len(piece) == 1:
-                out.append(piece)
+                yield [piece], 1
             else:
-                out.extend(piece[i : i + 2] for i in range(len(piece) - 1))
-                out.extend(w for w in _segmenter().lcut(piece) if len(w) > 1)
+                words = _segmenter().lcut(piece)
+                yield [piece[i : i + 2] for i in range(len(piece) - 1)] + [w for w in words if len(w) > 1], len(words)
         elif piece not in _STOP:
-            out.append(stem(piece) if piece.isalpha() else piece)
-    return out
+            yield [stem(piece) if piece.isalpha() else piece], 0
 
 
 _stemmers = threading.local()  # a PyStemmer object is not safe to share between threads

@@ -912,7 +912,7 @@ def test_two_namespaces_in_one_folder_never_see_each_other(open_memory, clock, t
 
 
 FAMILY_WIDE_QUERY = {"en": "What does Elena Taylor still need to hand in for TRV-9459 besides her flight?",
-                     "zh": "刘芳出差TRV-9459，领事馆要什么照片？"}
+                     "zh": "刘芳去东京出差，领事馆要什么照片？"}
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -106,7 +106,7 @@ def expand(view: RowView | StoreView, words: QueryWords, cands: Candidates, open
     rows = view.branch_rows([*opened.branch_score, *opened.family])
     branch_nodes = [view.node(row) for row in rows]
     words.complete({n.id: None for n in branch_nodes})
-    local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known)
+    local = _local_lexical(words.held(n.id for n in branch_nodes), branch_nodes, words.known, words.weights)
     zero = np.zeros(len(qvec), dtype=np.float32)
     matrix = np.stack([from_blob(row.embedding) if row.embedding else zero for row in rows]) if rows \
         else np.zeros((0, len(qvec)))
@@ -124,14 +124,16 @@ def expand(view: RowView | StoreView, words: QueryWords, cands: Candidates, open
     return Expanded(entries, branch_nodes, note)
 
 
-def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: Iterable[str]) -> dict[str, float]:
+def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: Iterable[str],
+                   weights: Mapping[str, float]) -> dict[str, float]:
     """BM25 inside each branch, scaled to about [0, 1]: document frequencies and the
     average length are counted in the node's branch alone, so the words every memory
     of a branch shares (its ticket id, its customer) locate the branch in stage 1
     but no longer tell its memories apart, and a long memory does not win by
     holding more words. The scale is the idf mass of every query term the
     namespace knows (a one-term-each match of average length scores that mass), so
-    a weak branch whose memories share only the query's common words stays low."""
+    a weak branch whose memories share only the query's common words stays low.
+    Each term's idf is multiplied by its ``weights`` (1 when not listed)."""
     branch_of = {n.id: n.branch_id for n in nodes}
     length = {n.id: len(n.content) for n in nodes}
     sizes = Counter(branch_of.values())
@@ -139,13 +141,15 @@ def _local_lexical(postings: Sequence[Posting], nodes: Sequence[Node], known: It
     known = set(known)
     df = Counter((branch_of[node_id], term) for term, node_id, _ in postings if node_id in branch_of)
     # fsum: exact, so the same in every process (a set's order is not)
-    total = {b: math.fsum(term_idf(n, df.get((b, t), 0)) for t in known) for b, n in sizes.items()}
+    total = {b: math.fsum(term_idf(n, df.get((b, t), 0)) * weights.get(t, 1.0) for t in known)
+             for b, n in sizes.items()}
     terms: dict[str, list[float]] = defaultdict(list)
     for term, node_id, tf in postings:
         b = branch_of.get(node_id)
         if b is None:
             continue
         norm = tf + _BM25_K1 * (1 - _BM25_B + _BM25_B * length[node_id] / max(avg[b], 1.0))
-        terms[node_id].append(term_idf(sizes[b], df[(b, term)]) * tf * (_BM25_K1 + 1) / norm / total[b])
+        idf = term_idf(sizes[b], df[(b, term)]) * weights.get(term, 1.0)
+        terms[node_id].append(idf * tf * (_BM25_K1 + 1) / norm / total[b])
     # fsum: the same score whatever order a node's postings were read in
     return {i: min(math.fsum(v), 1.0) for i, v in terms.items()}

@@ -53,8 +53,11 @@ class QueryWords:
     words held, so it is the same however the node came to be scored."""
 
     def __init__(self, store: SqlStore, conn: Connection, namespace: str, qterms: Sequence[str], common: int,
-                 live_count: Callable[[Connection], int] | None = None, index: LexicalIndex | None = None) -> None:
+                 live_count: Callable[[Connection], int] | None = None, index: LexicalIndex | None = None,
+                 weights: Mapping[str, float] | None = None) -> None:
         self._conn, self._namespace = conn, namespace
+        #: What each query word weighs as a share of a word (``text.term_weights``; 1 when not given).
+        self.weights: Mapping[str, float] = weights or {}
         #: Where the postings are read: the store, or a copy of them kept in memory.
         self._index: LexicalIndex = index or store.terms
         # Each query word is looked up as itself: text.terms already made one term of
@@ -85,7 +88,7 @@ class QueryWords:
             n = sum(c for m, c in held_by.items() if m >> j & 1)
             if n:
                 self.df[t] = n
-        self.idf = {t: term_idf(n_docs, n) for t, n in self.df.items()}
+        self.idf = {t: term_idf(n_docs, n) * self.weights.get(t, 1.0) for t, n in self.df.items()}
         total = math.fsum(self.idf.values())  # exact: the same in whatever order the words were counted
         self._part = {t: v / total for t, v in self.idf.items()} if total > 0 else {}
         share = {m: self.share(t for j, t in enumerate(listed) if m >> j & 1) for m in held_by}

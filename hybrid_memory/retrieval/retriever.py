@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,7 +54,9 @@ class _Lexical(NamedTuple):
 
     @property
     def note(self) -> str:
-        return (f"words known to the memory {len(self.words.known)} of {len(self.qterms)}, "
+        cjk = [w for t, w in self.words.weights.items() if text.is_cjk(t)]
+        weighed = f" (CJK terms {len(cjk)}, weighing {math.fsum(cjk):.1f} words)" if cjk else ""
+        return (f"words known to the memory {len(self.words.known)} of {len(self.qterms)}{weighed}, "
                 f"dense share {self.dense_mix:.3f}")
 
 
@@ -206,10 +209,11 @@ class Retriever:
 
         def lexical_channel() -> _Lexical:
             # Needs no vector: runs while the query embeds and the index searches.
-            qterms = list(dict.fromkeys(text.terms(query)))
+            weights = text.term_weights(query)
+            qterms = list(weights)
             index = self._lexical_index(conn)
             words = QueryWords(self.store, conn, self.namespace, qterms, self.config.accel.common_postings,
-                               lambda c: self.live_count(c, seq()), index)
+                               lambda c: self.live_count(c, seq()), index, weights)
             lex_top = words.top(r.candidates, lambda ids: index.tie_keys(conn, ids))
             # The lexical candidates' rows and postings; the dense candidates' come after.
             found = view.rows([i for i, _ in lex_top], live_only=True)
