@@ -11,8 +11,8 @@ is the one a full scan in written order finds.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from . import text
 from .batch_reads import RowMap, Seen
 from .config import Config
 from .embed import Embedder
+from .model import SUPERSEDING, Node, NodeType
 from .weights import blend
 
 
@@ -111,11 +112,44 @@ class Dedup:
         for other, words in others:
             if not words:
                 continue
-            weight = {t: math.log1p(n / df[t]) for t in words}
-            held = sum(w for t, w in weight.items() if t in term_set) / sum(weight.values())
             current = demoted[other["id"]][0] if other["id"] in demoted else other["importance"]
-            if held >= d.supersede_words and current > cap:
+            if held_share(words, term_set, df, n) >= d.supersede_words and current > cap:
                 demoted[other["id"]] = (cap, row["id"])
+
+
+def held_share(words: Iterable[str], later: Container[str], df: Mapping[str, int], n: int) -> float:
+    """The share of ``words`` (a memory's distinct terms) that ``later`` holds, each
+    word weighed by its rarity among the ``n`` memories compared (``df``: how many
+    of them hold it), so that the id or the name all of them carry counts for little."""
+    weight = {t: math.log1p(n / df[t]) for t in words}
+    whole = sum(weight.values())
+    return sum(w for t, w in weight.items() if t in later) / whole if whole > 0 else 0.0
+
+
+def restated(nodes: Iterable[Node], share: float) -> set[str]:
+    """The ids of the facts, preferences and decisions among ``nodes`` that a later
+    memory of the same branch and type restates: it holds at least ``share`` of
+    their words (:func:`held_share`, rarity counted among that branch's memories of
+    the type). The rule :meth:`Dedup.supersede` applies when writing, read again over
+    what is stored: a restatement deleted or rewound no longer counts. Pinned
+    memories are never restated. Equal times are ordered by content (ids are random)."""
+    groups: dict[tuple[str, NodeType], list[Node]] = defaultdict(list)
+    for node in nodes:
+        if node.type in SUPERSEDING:
+            groups[(node.branch_id, node.type)].append(node)
+    out: set[str] = set()
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda node: (node.created_at, node.content))
+        words = [text.term_set(node.content) for node in group]
+        df = Counter(t for w in words for t in w)
+        for i, node in enumerate(group):
+            if node.pinned or not words[i]:
+                continue
+            if any(held_share(words[i], later, df, len(group)) >= share for later in words[i + 1 :]):
+                out.add(node.id)
+    return out
 
 
 class Earlier:

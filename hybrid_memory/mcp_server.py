@@ -105,7 +105,8 @@ class RecallNode(BaseModel):
     newest_factor: float | None = Field(default=None, description=(
         "explain: what the weight part was multiplied by for how late the node was written in the focused family."))
     superseded_factor: float | None = Field(default=None, description=(
-        "explain: what the similarity was multiplied by because a later state of its branch supersedes it."))
+        "explain: what the similarity was multiplied by because a later state of its branch supersedes it, "
+        "or a later memory restates it."))
     tokens: int | None = Field(default=None, description="explain: the node's tokens in the context.")
 
 

@@ -158,7 +158,8 @@ class ScoredNode:
     #: written in the focused family (1 elsewhere; see retrieval.rank.NEWEST_GAIN).
     newest_factor: float = 1.0
     #: What the similarity was multiplied by because a later state of the node's
-    #: branch supersedes it (1 for any other node; see retrieval.rank.SUPERSEDED_SIMILARITY).
+    #: branch supersedes it, or a later memory restates it (1 for any other node; see
+    #: retrieval.rank.SUPERSEDED_SIMILARITY).
     superseded_factor: float = 1.0
     #: The (start, stop) span of ``node.content`` the context shows: the passage of
     #: a long memory that best answers the query (None: the whole content).

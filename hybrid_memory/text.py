@@ -62,6 +62,13 @@ def terms(text: str) -> list[str]:
     return [t for run, _ in _runs(text) for t in run]
 
 
+@functools.lru_cache(maxsize=16384)
+def term_set(text: str) -> frozenset[str]:
+    """The distinct terms of ``text`` (kept for the last texts asked: retrieval asks
+    again about the memories it ranks)."""
+    return frozenset(terms(text))
+
+
 def term_weights(text: str) -> dict[str, float]:
     """Each distinct term of :func:`terms` (in the same order) with what it weighs
     in a query, a Latin word weighing 1. A CJK run is read twice, as overlapping

@@ -7,7 +7,9 @@ history: it is matched at ``SUPERSEDED_SIMILARITY`` of its similarity, so the
 current state and the task's other memories come first, while a question that
 reads clearly closer to the old state still finds it. The same lines written as
 events (nothing supersedes an event) keep their whole similarity: the factor is
-the only difference. Real SQLite files (and PostgreSQL), Chroma and the model, in
+the only difference. A fact that a later fact of its branch restates ("the
+approver is now Lee") is matched at the same share, while the update is stored and
+unless it is pinned. Real SQLite files (and PostgreSQL), Chroma and the model, in
 English and Chinese.
 """
 
@@ -77,7 +79,7 @@ def test_the_current_state_comes_before_the_states_it_superseded(open_memory: An
     assert factors[states[-1]] == 1.0
     assert [factors[i] for i in states[:-1]] == [SUPERSEDED_SIMILARITY] * 2
     assert all(f == 1.0 for i, f in factors.items() if i not in states)
-    assert f"superseded states matched at {SUPERSEDED_SIMILARITY:g}: 2" in dict(recall.stages)["rank"]
+    assert f"superseded memories matched at {SUPERSEDED_SIMILARITY:g}: 2" in dict(recall.stages)["rank"]
     table = recall.explain().splitlines()
     assert "supers" in table[len(recall.branches) + len(recall.stages) + 1]
 
@@ -126,3 +128,70 @@ def test_before_the_next_state_is_written_a_state_is_current(open_memory: Any, c
     recall = ask(mem, question, k=4)
     assert hits(recall) == [first.id]
     assert all(s.superseded_factor == 1.0 for s in recall.nodes)
+
+
+# A fact that a later fact of its branch restates ("the approver is now Lee"): the
+# rule writing uses to lower the earlier one's importance (``dedup.supersede_words``),
+# read again when a question is asked.
+APPROVERS = {
+    "en": ("Expense claim EXP-5120 for the Lisbon offsite",
+           "The approver for claim EXP-5120 is Chen",
+           "The approver for claim EXP-5120 is now Lee; Chen is on leave",
+           "Who approves claim EXP-5120?"),
+    "zh": ("里斯本团建的报销单 EXP-5120",
+           "报销单 EXP-5120 的审批人是陈经理",
+           "报销单 EXP-5120 的审批人现在是李经理，陈经理休假",
+           "报销单 EXP-5120 由谁审批？"),
+}
+
+
+def build_approver(mem: MemoryTree, clock: Any, lang: str, line_type: str, pinned: bool = False) -> tuple[str, str]:
+    """The claim with its two approver lines (as ``line_type``); their ids, old first."""
+    title, old, new, _ = APPROVERS[lang]
+    task = mem.add(title, type="task", parent=ROOT)
+    clock.advance(3600)
+    first = mem.add(old, type=line_type, parent=task, pinned=pinned)
+    clock.advance(3600)
+    second = mem.add(new, type=line_type, parent=task)
+    assert not first.merged and not second.merged
+    return first.id, second.id
+
+
+def factors(recall: Recall) -> dict[str, float]:
+    return {s.node.id: s.superseded_factor for s in recall.nodes}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_restated_fact_gives_its_place_to_the_update(open_memory: Any, clock: Any, lang: str) -> None:
+    mem = open_memory(namespace=f"restated{lang}", **NO_FLUSH)
+    old, new = build_approver(mem, clock, lang, "fact")
+    recall = ask(mem, APPROVERS[lang][3])
+    assert hits(recall)[0] == new
+    assert factors(recall)[old] == SUPERSEDED_SIMILARITY
+    assert factors(recall)[new] == 1.0
+    assert f"superseded memories matched at {SUPERSEDED_SIMILARITY:g}: 1" in dict(recall.stages)["rank"]
+    # The same lines as events: nothing restates an event.
+    events = open_memory(namespace=f"restatedev{lang}", **NO_FLUSH)
+    build_approver(events, clock, lang, "event")
+    assert set(factors(ask(events, APPROVERS[lang][3])).values()) == {1.0}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_deleted_update_restates_nothing(open_memory: Any, clock: Any, lang: str) -> None:
+    mem = open_memory(namespace=f"deleted{lang}", **NO_FLUSH)
+    old, new = build_approver(mem, clock, lang, "fact")
+    assert factors(ask(mem, APPROVERS[lang][3]))[old] == SUPERSEDED_SIMILARITY
+    mem.delete(new)
+    recall = ask(mem, APPROVERS[lang][3])
+    assert hits(recall)[0] == old
+    assert factors(recall)[old] == 1.0
+
+
+def test_a_pinned_fact_and_a_memory_without_supersession_keep_their_similarity(
+        open_memory: Any, clock: Any) -> None:
+    pinned = open_memory(namespace="pinnedfact", **NO_FLUSH)
+    old, _ = build_approver(pinned, clock, "en", "fact", pinned=True)
+    assert factors(ask(pinned, APPROVERS["en"][3]))[old] == 1.0
+    off = open_memory(namespace="nosupersede", dedup={"supersede": 1.0}, **NO_FLUSH)
+    old, _ = build_approver(off, clock, "en", "fact")
+    assert factors(ask(off, APPROVERS["en"][3]))[old] == 1.0

@@ -4,8 +4,10 @@ Each memory scores ``lambda*similarity + (1-lambda)*weight(now)``, times what it
 branch pays for falling behind the located one (:func:`branch_factor`); the dense
 scores are levelled between the memories written in CJK and the others first
 (:func:`.candidates.level_scripts`). A state that a later state of its branch
-supersedes is matched at a share of its similarity (:data:`SUPERSEDED_SIMILARITY`):
-the task has moved on, and what it says now comes first. Where the
+supersedes, and a fact, preference or decision that a later one of its branch
+restates (:func:`..dedup.restated`), is matched at a share of its similarity
+(:data:`SUPERSEDED_SIMILARITY`): the task has moved on, and what it says now comes
+first. Where the
 query locates the family of the node the agent chose to work on, the weight part of
 each of that family's memories counts more the later it was written
 (:data:`NEWEST_GAIN`): what the agent wrote last on the work in hand is what it
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .. import text
 from ..config import RetrievalConfig
+from ..dedup import restated
 from ..forgetting import superseded_states
 from ..model import Node, NodeType, root_of
 from ..weights import blend
@@ -47,9 +50,10 @@ QUOTA_SIMILARITY = 0.5
 STANDING_TYPES: frozenset[NodeType] = frozenset({NodeType.STATE, NodeType.PREFERENCE, NodeType.DECISION})
 #: The least weight of a standing node (see eval/CHANGES.md).
 STANDING_MIN_WEIGHT = 0.55
-#: A state that a later state of its branch supersedes is matched at this share of its
-#: similarity (see eval/CHANGES.md): found when the question reads clearly closer to
-#: it, else giving its place to what the task says now.
+#: A state that a later state of its branch supersedes, or a memory a later one
+#: restates, is matched at this share of its similarity (see eval/CHANGES.md): found
+#: when the question reads clearly closer to it, else giving its place to what the
+#: task says now.
 SUPERSEDED_SIMILARITY = 0.5
 #: In the focused family, the weight part of the memory written n-th from last
 #: counts ``1 + NEWEST_GAIN / (1 + n)`` (see eval/CHANGES.md).
@@ -105,13 +109,15 @@ class Picks(NamedTuple):
 
 def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], opened: Opened,
          lexical: Mapping[str, float], dense_mix: float, weigh: Callable[[Node], float], k: int,
-         focused_root: str | None = None) -> Picks:
+         focused_root: str | None = None, restates: float | None = None) -> Picks:
     """Score what ``grown`` holds (``lexical``: each candidate's share of the query's
     words, ``dense_mix``: the dense share of the similarity, ``weigh``: a node's
     weight now, ``focused_root``: the top-level task of the node the session chose
-    to work on and still does) and pick the k hits and the standing memories of the
+    to work on and still does, ``restates``: the share of an earlier memory's words
+    a later one holds to restate it, ``dedup.supersede_words``, None when writing
+    supersedes nothing) and pick the k hits and the standing memories of the
     opened branches."""
-    scored, peers = _score(r, grown, cand_rows, opened, lexical, dense_mix, weigh)
+    scored, peers = _score(r, grown, cand_rows, opened, lexical, dense_mix, weigh, restates)
     newest = _prefer_newest(r, scored, opened, focused_root)
     # Who may be one of the k: not a branch's own task node (it is the context
     # of every hit below it, rendered as their ancestor) unless it stands alone;
@@ -140,14 +146,14 @@ def rank(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], open
         [(s, "standing") for s in standing] + [(s, "hit") for s in rest], key=lambda p: rank_key(p[0]), reverse=True)
     superseded = sum(s.superseded_factor < 1.0 for s in scored.values())
     note = (f"hits {len(hits)} (reserved by branch quotas {len(reserved)}), standing {len(standing)}, "
-            f"pool {len(pool)}; superseded states matched at {SUPERSEDED_SIMILARITY:g}: {superseded}; "
+            f"pool {len(pool)}; superseded memories matched at {SUPERSEDED_SIMILARITY:g}: {superseded}; "
             f"focused family's newest first: {newest}")
     return Picks(picked, scored, note)
 
 
 def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], opened: Opened,
            lexical: Mapping[str, float], dense_mix: float,
-           weigh: Callable[[Node], float]) -> tuple[dict[str, Scored], set[str]]:
+           weigh: Callable[[Node], float], restates: float | None) -> tuple[dict[str, Scored], set[str]]:
     """Every entry scored, by id, and the peers (see below)."""
     # A node of an unopened branch that holds the query's informative words as
     # fully as the best node of the opened branches is about the same thing
@@ -161,8 +167,10 @@ def _score(r: RetrievalConfig, grown: Expanded, cand_rows: Mapping[str, Any], op
     lam, opened_weight = r.lambda_, (SPREAD_WEIGHT if opened.spread else r.branch_weight)
     dense_of = level_scripts({n.id: d for n, d, _ in grown.entries},
                              {n.id: text.mostly_cjk(n.content) for n, _, _ in grown.entries})
-    # (every state of an opened branch is an entry: what supersedes one is among them)
+    # (every memory of an opened branch is an entry: what supersedes one is among them)
     superseded = superseded_states([n for n, _, _ in grown.entries])
+    if restates is not None:
+        superseded |= restated((n for n, _, _ in grown.entries), restates)
     for node, _, lex in grown.entries:
         b, dense = node.branch_id, dense_of[node.id]
         sf = SUPERSEDED_SIMILARITY if node.id in superseded else 1.0

@@ -153,8 +153,10 @@ class Retriever:
             opened = open_branches(r, view, located.branches, cands.rows, branches, spread)
             grown = expand(view, words, cands, opened, qvec)
             stages.append(("expand", grown.note))
+            d = self.config.dedup
             picks = rank(r, grown, cands.rows, opened, words.lexical, dense_mix, self._weigher(now), k,
-                         focused_root=cursor().focused_root)
+                         focused_root=cursor().focused_root,
+                         restates=d.supersede_words if d.enabled and d.supersede < 1 else None)
             stages.append(("rank", picks.note))
             # The passages of the long memories shown are read when they are picked.
             shown = Shown(size, lambda ids: passages.read(conn, view.rows(ids, live_only=True)), qvec, words.idf,

@@ -191,7 +191,7 @@ class ScoredOut(BaseModel):
     #: the focused family.
     newest_factor: float = 1.0
     #: What the similarity was multiplied by because a later state of the node's
-    #: branch supersedes it.
+    #: branch supersedes it, or a later memory restates it.
     superseded_factor: float = 1.0
 
     @classmethod
