@@ -11,7 +11,8 @@ is the one a full scan in written order finds.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+import threading
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -142,7 +143,7 @@ def restated(nodes: Iterable[Node], share: float) -> set[str]:
         if len(group) < 2:
             continue
         group.sort(key=lambda node: (node.created_at, node.content))
-        words = [text.term_set(node.content) for node in group]
+        words = [_TERM_SETS.of(node) for node in group]
         df = Counter(t for w in words for t in w)
         for i, node in enumerate(group):
             if node.pinned or not words[i]:
@@ -150,6 +151,39 @@ def restated(nodes: Iterable[Node], share: float) -> set[str]:
             if any(held_share(words[i], later, df, len(group)) >= share for later in words[i + 1 :]):
                 out.add(node.id)
     return out
+
+
+class TermSets:
+    """The term sets of the last ``size`` memories asked about, keyed by id and a hash
+    of the content (an edited memory is a new key). Retrieval asks again about the
+    memories it ranks on every query; the key holds no text, so a memory of long
+    facts does not keep their contents alive in the cache."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._sets: OrderedDict[tuple[str, int], frozenset[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def of(self, node: Node) -> frozenset[str]:
+        """``node``'s distinct terms (:func:`text.term_set`)."""
+        key = (node.id, hash(node.content))
+        with self._lock:
+            found = self._sets.get(key)
+            if found is not None:
+                self._sets.move_to_end(key)
+                return found
+        found = text.term_set(node.content)
+        with self._lock:
+            self._sets[key] = found
+            while len(self._sets) > self._size:
+                self._sets.popitem(last=False)
+        return found
+
+
+_TERM_SETS = TermSets(16384)
 
 
 class Earlier:

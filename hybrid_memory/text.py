@@ -62,10 +62,8 @@ def terms(text: str) -> list[str]:
     return [t for run, _ in _runs(text) for t in run]
 
 
-@functools.lru_cache(maxsize=16384)
 def term_set(text: str) -> frozenset[str]:
-    """The distinct terms of ``text`` (kept for the last texts asked: retrieval asks
-    again about the memories it ranks)."""
+    """The distinct terms of ``text``."""
     return frozenset(terms(text))
 
 

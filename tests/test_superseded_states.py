@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from hybrid_memory import ROOT, MemoryTree, Recall
+from hybrid_memory import ROOT, MemoryTree, Recall, text
+from hybrid_memory.dedup import TermSets
+from hybrid_memory.model import Node, NodeType, Status
 from hybrid_memory.retrieval.rank import SUPERSEDED_SIMILARITY
 
 NO_FLUSH = {"usage": {"flush_every": 1_000_000}}
@@ -195,3 +197,19 @@ def test_a_pinned_fact_and_a_memory_without_supersession_keep_their_similarity(
     off = open_memory(namespace="nosupersede", dedup={"supersede": 1.0}, **NO_FLUSH)
     old, _ = build_approver(off, clock, "en", "fact")
     assert factors(ask(off, APPROVERS["en"][3]))[old] == 1.0
+
+
+def _fact(node_id: str, content: str) -> Node:
+    return Node(id=node_id, namespace="ns", parent_id=None, type=NodeType.FACT, content=content, meta={},
+                importance=0.5, confidence=1.0, access_count=0, pinned=False, status=Status.LIVE, version=1,
+                depth=1, path=f"{node_id}/", branch_id=node_id, created_at=0.0, updated_at=0.0,
+                accessed_at=0.0, active_at=0.0)
+
+
+def test_term_sets_follow_an_edit_and_stay_bounded() -> None:
+    cache = TermSets(2)
+    assert cache.of(_fact("a", "The approver is Chen")) == text.term_set("The approver is Chen")
+    assert cache.of(_fact("a", "审批人现在是李")) == text.term_set("审批人现在是李")
+    cache.of(_fact("b", "Budget 5,000"))
+    cache.of(_fact("c", "Hotel booked"))
+    assert len(cache) == 2
