@@ -36,6 +36,8 @@ _CJK = (
 # A Latin "word" is a run of word characters that are not CJK.
 _WORD = rf"(?:(?![{_CJK}])[^\W_])+"
 _PIECES = re.compile(rf"[{_CJK}]+|{_WORD}", re.UNICODE)
+# A token: what spaces and CJK characters delimit ("TKT-1049", "v2.1").
+_TOKENS = re.compile(rf"[^\s{_CJK}]+")
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
 _TOKEN_PIECES = re.compile(rf"[{_CJK}]|{_WORD}|[^\s\w]", re.UNICODE)
 
@@ -56,10 +58,14 @@ _APOSTROPHES = frozenset("'\u2019")
 #: fitted on the Chinese and mixed sources (eval/CHANGES.md, 2026-12-07, sixth session).
 CJK_WORD_WEIGHT = 1 / 3
 
+#: The top of the Zipf scale (log10 of a word's count per billion words): no word
+#: reaches it ("the" is 7.7), so it is where :func:`language_rarity` reaches 0.
+ZIPF_SCALE = 8.0
+
 
 def terms(text: str) -> list[str]:
     """The lexical terms of ``text``, in order, with repeats."""
-    return [t for run, _ in _runs(text) for t in run]
+    return [t for run, _, _, _ in _runs(text) for t in run]
 
 
 def term_set(text: str) -> frozenset[str]:
@@ -69,28 +75,45 @@ def term_set(text: str) -> frozenset[str]:
 
 def term_weights(text: str) -> dict[str, float]:
     """Each distinct term of :func:`terms` (in the same order) with what it weighs
-    in a query, a Latin word weighing 1. A CJK run is read twice, as overlapping
-    bigrams and as jieba's words, so its terms are parts of its words: each is
-    (the words jieba finds in the run) / (the run's terms) of a word, a term both
-    readings give (a two-character word is also a bigram) counting twice, at most
-    one word; and a CJK word weighs ``CJK_WORD_WEIGHT``. Counted term by term, a
-    Chinese phrase outweighed the identifier or name beside it that says which
-    memory is meant."""
+    in a query. A Latin word weighs its :func:`language_rarity` (the first way the
+    query writes it), and 1 in a token holding a digit ("TKT-1049", "v2", "2025"):
+    such a token names one thing, and wordfreq counts numbers by their shape. A CJK
+    run is read twice, as overlapping bigrams and as jieba's words, so its terms
+    are parts of its words: each is (the words jieba finds in the run) / (the run's
+    terms) of a word, a term both readings give (a two-character word is also a
+    bigram) counting twice, at most one word; and a CJK word weighs
+    ``CJK_WORD_WEIGHT``. Counted term by term, a Chinese phrase outweighed the
+    identifier or name beside it that says which memory is meant."""
+    named = [m.span() for m in _TOKENS.finditer(text.lower()) if any(c.isdigit() for c in m.group())]
     out: dict[str, float] = {}
-    for run, words in _runs(text):
+    for run, words, piece, start in _runs(text):
         if not words:
-            out.setdefault(run[0], 1.0)
+            out.setdefault(run[0], 1.0 if any(a <= start < b for a, b in named) else language_rarity(piece))
             continue
         for term, n in Counter(run).items():
             out[term] = max(out.get(term, 0.0), CJK_WORD_WEIGHT * min(1.0, n * words / len(run)))
     return out
 
 
-def _runs(text: str) -> Iterator[tuple[list[str], int]]:
+@functools.lru_cache(maxsize=1 << 16)
+def language_rarity(word: str) -> float:
+    """How rare a lower-case Latin ``word`` is in English: 1 minus its Zipf frequency
+    over 8 (wordfreq's lists: a Zipf frequency of 6 is once in a thousand words, and
+    none reaches 8), so "after" weighs 0.24, "ticket" 0.42, "handover" 0.63, and a
+    word or identifier English does not use 1. A memory of a few thousand texts
+    tells how rare a word is among them, not whether it is one any text may hold:
+    counted by the memory alone, the "after" of "stay one extra night after PyCon"
+    weighed as much as the ticket id a question named."""
+    from wordfreq import zipf_frequency
+
+    return max(0.0, 1.0 - zipf_frequency(word, "en") / ZIPF_SCALE)
+
+
+def _runs(text: str) -> Iterator[tuple[list[str], int, str, int]]:
     """The terms of each piece of ``text``, in order: a Latin word's one term (and
     0), or a CJK run's terms (its bigrams, then jieba's words of two or more
     characters; a lone character stands for itself) and the number of words
-    jieba finds in it."""
+    jieba finds in it; and the piece as written (lower case) and where it starts."""
     lower = text.lower()
     for match in _PIECES.finditer(lower):
         piece = match.group()
@@ -99,12 +122,12 @@ def _runs(text: str) -> Iterator[tuple[list[str], int]]:
             continue
         if is_cjk(piece):
             if len(piece) == 1:
-                yield [piece], 1
+                yield [piece], 1, piece, start
             else:
                 words = _segmenter().lcut(piece)
-                yield [piece[i : i + 2] for i in range(len(piece) - 1)] + [w for w in words if len(w) > 1], len(words)
+                yield [piece[i : i + 2] for i in range(len(piece) - 1)] + [w for w in words if len(w) > 1], len(words), piece, start
         elif piece not in _STOP:
-            yield [stem(piece) if piece.isalpha() else piece], 0
+            yield [stem(piece) if piece.isalpha() else piece], 0, piece, start
 
 
 _stemmers = threading.local()  # a PyStemmer object is not safe to share between threads

@@ -5,8 +5,8 @@ jieba's words, so a Chinese phrase gives about three terms per word where the sa
 phrase in English gives one. Counted term by term, the phrase a question shares
 with many tasks ("高级后端工程师") outweighed the identifier that names the one it
 asks about ("REQ-1228"). ``text.term_weights`` gives each term of a run its part of
-the run's words, and a CJK word ``CJK_WORD_WEIGHT`` of a Latin one; English queries
-are weighed as before (every term 1).
+the run's words, and a CJK word ``CJK_WORD_WEIGHT``; a Latin word weighs its rarity
+in English (tests/test_language_rarity.py).
 
 The unit tests read the tokenizer alone; the others write real SQLite files (and
 PostgreSQL), Chroma and the model, in English, Chinese, and a Chinese question about
@@ -21,22 +21,25 @@ import jieba
 import pytest
 
 from hybrid_memory import ROOT, MemoryTree, Recall
-from hybrid_memory.text import CJK_WORD_WEIGHT, is_cjk, term_weights, terms
+from hybrid_memory.text import CJK_WORD_WEIGHT, is_cjk, language_rarity, term_weights, terms
 
 NO_FLUSH = {"usage": {"flush_every": 1_000_000}}
 
 
-def test_latin_terms_weigh_one_and_keep_the_order_of_terms() -> None:
+def test_latin_terms_weigh_their_rarity_and_keep_the_order_of_terms() -> None:
     query = "How is ticket TKT-2801 going? Zhang's laptop was reproduced"
     weights = term_weights(query)
     assert list(weights) == list(dict.fromkeys(terms(query)))
-    assert set(weights.values()) == {1.0}
+    assert weights == {"ticket": language_rarity("ticket"), "tkt": 1.0, "2801": 1.0, "go": language_rarity("going"),
+                       "zhang": language_rarity("zhang"), "laptop": language_rarity("laptop"),
+                       "reproduc": language_rarity("reproduced")}
 
 
 @pytest.mark.parametrize("query", ["高级后端工程师岗位 REQ-1228 现在什么状态？", "这笔报销为什么被退回来了", "EXP-6587 报销"])
 def test_a_cjk_run_weighs_its_words(query: str) -> None:
     weights = term_weights(query)
     assert list(weights) == list(dict.fromkeys(terms(query)))
+    # (each query's Latin words are an identifier's: they weigh 1)
     assert all(weights[t] == 1.0 for t in weights if not is_cjk(t))
     assert all(0.0 < weights[t] <= CJK_WORD_WEIGHT for t in weights if is_cjk(t))
     # The first run's terms together weigh its words, each a CJK word's weight (no

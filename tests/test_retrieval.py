@@ -947,14 +947,14 @@ def test_the_located_branchs_family_is_opened_with_it(open_memory, clock, lang):
 
 
 # A hire and its closing subtask, beside other work whose lines all say "need": the
-# question's telling word ("offer") is rare in the memory, its other word ("need")
-# common, though among the hire's few candidates each is held once.
+# question's telling word ("onboarding") is rare in the memory, its other word
+# ("need") common, though among the hire's few candidates each is held once.
 RARITY = [
     ("hire", "Hiring a Product Designer in Shanghai (REQ-4009); hiring manager Lukas Kim", [
         ("hire_state", "state", "REQ-4009: we still need two onsite interviews before a decision"),
         ("hire_pref", "preference", "Lukas Kim wants the take-home task for REQ-4009 kept under two hours"),
         ("close", "task", "Close the hire with Kenji Garcia (REQ-4009)"),
-        ("close_signed", "event", "Barbara Young approved the offer letter for Kenji Garcia", "close"),
+        ("close_signed", "event", "Barbara Young approved the onboarding plan for Kenji Garcia", "close"),
         ("close_pay", "fact", "Kenji Garcia's package is 42,000 a year plus stock", "close"),
     ]),
     *[(f"other{i}", title, [(f"other{i}_{j}", typ, line) for j, (typ, line) in enumerate(lines)])
@@ -977,14 +977,14 @@ RARITY = [
             ("fact", "We need the budget approved before booking flights")]),
       ])],
 ]
-RARITY_QUERY = "Who signed off the offer for REQ-4009? I need it today."
+RARITY_QUERY = "Who signed off the onboarding for REQ-4009? I need it today."
 
 
 def test_inside_a_family_the_question_words_weigh_by_their_rarity_in_the_memory(open_memory, clock):
     """retrieval.family_rarity: inside the hire's family a word weighs by its rarity
     among the family's candidates times its rarity in the whole memory. "need" is in
-    the hire's status line and in most other memories, "offer" only in the closing
-    subtask's memory: weighed by the whole memory, that subtask is located; weighed
+    the hire's status line and in most other memories, "onboarding" only in the
+    closing subtask's memory: weighed by the whole memory, that subtask is located; weighed
     among the family's candidates alone, the two words tie and the hire's breadth wins."""
     asked = {rarity: ask(open_memory(namespace=f"rarity{int(rarity)}", retrieval={"family_rarity": rarity}, **NO_FLUSH),
                          clock, RARITY, RARITY_QUERY) for rarity in (0.0, 1.0)}
