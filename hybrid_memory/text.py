@@ -125,7 +125,8 @@ def _runs(text: str) -> Iterator[tuple[list[str], int, str, int]]:
                 yield [piece], 1, piece, start
             else:
                 words = _segmenter().lcut(piece)
-                yield [piece[i : i + 2] for i in range(len(piece) - 1)] + [w for w in words if len(w) > 1], len(words), piece, start
+                bigrams = [piece[i : i + 2] for i in range(len(piece) - 1)]
+                yield bigrams + [w for w in words if len(w) > 1], len(words), piece, start
         elif piece not in _STOP:
             yield [stem(piece) if piece.isalpha() else piece], 0, piece, start
 
